@@ -1,0 +1,180 @@
+// `llamapp run`: one prompt streamed to stdout, --json for a machine-readable result, or
+// --chat for an interactive multi-turn conversation.
+#include <nlohmann/json.hpp>
+
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+
+#include "commands.hpp"
+#include "options.hpp"
+
+namespace llamapp::cli {
+
+namespace {
+
+struct RunFlags {
+    CommonFlags common;
+    ContextFlags context;
+    SamplingFlags sampling;
+    std::string prompt;
+    std::string prompt_file;
+    int n_predict = 128;
+    std::vector<std::string> stop;
+    bool ignore_eos = false;
+    bool json = false;
+    bool chat = false;
+    std::string system;
+    std::string chat_template_file;
+    bool no_display_prompt = false;
+};
+
+// Ctrl-C stops the current generation instead of killing the process.
+CancellationToken* g_interrupt = nullptr;
+void on_sigint(int) {
+    if (g_interrupt) g_interrupt->cancel();
+}
+
+nlohmann::json to_json(const Generation& g) {
+    nlohmann::json out = {
+        {"text", g.text},
+        {"tokens", g.tokens},
+        {"finish_reason", std::string(to_string(g.finish_reason))},
+        {"usage",
+         {{"prompt_tokens", g.usage.prompt_tokens},
+          {"cached_tokens", g.usage.cached_tokens},
+          {"completion_tokens", g.usage.completion_tokens}}},
+        {"timings",
+         {{"prefill_ms", g.timings.prefill_ms},
+          {"prefill_tokens_per_s", g.timings.prefill_tokens_per_s},
+          {"decode_ms", g.timings.decode_ms},
+          {"decode_tokens_per_s", g.timings.decode_tokens_per_s},
+          {"ttft_ms", g.timings.ttft_ms},
+          {"total_ms", g.timings.total_ms}}},
+    };
+    if (!g.stop_sequence.empty()) out["stop_sequence"] = g.stop_sequence;
+    if (g.error) out["error"] = {{"code", std::string(to_string(g.error->code))}, {"message", g.error->describe()}};
+    return out;
+}
+
+int run_chat(Context& context, const RunFlags& flags, GenerateOptions options) {
+    std::string override_source;
+    if (!flags.chat_template_file.empty()) {
+        auto text = read_text_file(flags.chat_template_file, "--chat-template-file");
+        if (!text) return report(text.error());
+        override_source = *text;
+    }
+    auto tmpl = ChatTemplate::create(context.model(), override_source);
+    if (!tmpl) return report(tmpl.error());
+    std::vector<ChatMessage> history;
+    if (!flags.system.empty()) history.push_back({.role = "system", .content = flags.system});
+    std::string line;
+    std::fprintf(stderr, "chat: type a message, Enter to send; /reset clears history, Ctrl-D quits\n");
+    while (true) {
+        std::fprintf(stderr, "> ");
+        if (!std::getline(std::cin, line)) break;
+        if (line.empty()) continue;
+        if (line == "/reset") {
+            history.resize(flags.system.empty() ? 0 : 1);
+            continue;
+        }
+        history.push_back({.role = "user", .content = line});
+        CancellationToken cancel;
+        g_interrupt = &cancel;
+        options.cancel = cancel;
+        auto result = chat(context, *tmpl, history, {.generate = options}, [](const StreamPiece& p) {
+            std::fwrite(p.text.data(), 1, p.text.size(), stdout);
+            std::fflush(stdout);
+            return true;
+        });
+        g_interrupt = nullptr;
+        std::fputc('\n', stdout);
+        if (!result) {
+            history.pop_back();
+            report(result.error());
+            continue;
+        }
+        history.push_back(result->message);
+    }
+    return 0;
+}
+
+}  // namespace
+
+Runner add_run(CLI::App& app) {
+    auto flags = std::make_shared<RunFlags>();
+    CLI::App* cmd = app.add_subcommand("run", "generate text from a prompt (or chat with --chat)");
+    add_common(*cmd, flags->common);
+    add_context(*cmd, flags->context);
+    add_sampling(*cmd, flags->sampling);
+    cmd->add_option("-p,--prompt", flags->prompt, "prompt text (default: a story opening)");
+    cmd->add_option("-f,--file", flags->prompt_file, "read the prompt from a file");
+    cmd->add_option("-n,--n-predict", flags->n_predict, "tokens to generate (-1 = until the context is full)")
+        ->capture_default_str();
+    cmd->add_option("--stop", flags->stop, "stop string (repeatable)");
+    cmd->add_flag("--ignore-eos", flags->ignore_eos, "keep generating past end-of-generation tokens");
+    cmd->add_flag("--json", flags->json, "print one JSON object with text, usage and timings");
+    cmd->add_flag("--chat", flags->chat, "interactive multi-turn chat using the model's template");
+    cmd->add_option("--system", flags->system, "system message for --chat");
+    cmd->add_option("--chat-template-file", flags->chat_template_file, "Jinja chat template to use instead");
+    cmd->add_flag("--no-display-prompt", flags->no_display_prompt, "do not echo the prompt before the output");
+
+    return [flags]() -> int {
+        auto sampling = sampling_params(flags->sampling);
+        if (!sampling) return report(sampling.error());
+        auto ctx_options = context_options(flags->context);
+        if (!ctx_options) return report(ctx_options.error());
+        std::string prompt = flags->prompt;
+        if (!flags->prompt_file.empty()) {
+            auto text = read_text_file(flags->prompt_file, "--file");
+            if (!text) return report(text.error());
+            prompt = *text;
+        }
+        if (prompt.empty() && flags->prompt_file.empty() && !flags->chat) prompt = "Once upon a time";
+        GenerateOptions options;
+        options.sampling = *sampling;
+        options.max_tokens = flags->n_predict;
+        options.stop = flags->stop;
+        options.ignore_eos = flags->ignore_eos;
+        if (auto ok = options.validate(); !ok) return report(ok.error());
+
+        auto model = load_model(flags->common);
+        if (!model) return report(model.error());
+        auto context = Context::create(*model, *ctx_options);
+        if (!context) return report(context.error());
+
+        std::signal(SIGINT, on_sigint);
+        if (flags->chat) return run_chat(*context, *flags, options);
+
+        CancellationToken cancel;
+        g_interrupt = &cancel;
+        options.cancel = cancel;
+        if (!flags->json && !flags->no_display_prompt) {
+            std::fwrite(prompt.data(), 1, prompt.size(), stdout);
+        }
+        auto result = context->stream(prompt, options, [&](const StreamPiece& p) {
+            if (!flags->json) {
+                std::fwrite(p.text.data(), 1, p.text.size(), stdout);
+                std::fflush(stdout);
+            }
+            return true;
+        });
+        g_interrupt = nullptr;
+        if (!result) return report(result.error());
+        if (flags->json) {
+            std::cout << to_json(*result).dump(2) << "\n";
+        } else {
+            std::fputc('\n', stdout);
+            const auto& t = result->timings;
+            std::fprintf(stderr, "[%d prompt tokens, %d generated, prefill %.1f tok/s, decode %.1f tok/s, %s]\n",
+                         result->usage.prompt_tokens, result->usage.completion_tokens, t.prefill_tokens_per_s,
+                         t.decode_tokens_per_s, std::string(to_string(result->finish_reason)).c_str());
+        }
+        if (result->finish_reason == FinishReason::error) return report(*result->error);
+        return 0;
+    };
+}
+
+}  // namespace llamapp::cli

@@ -1,0 +1,18 @@
+// CLI subcommands. Each registers its flags on a CLI11 subcommand and returns a runner.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <functional>
+
+namespace llamapp::cli {
+
+using Runner = std::function<int()>;
+
+Runner add_run(CLI::App& app);
+Runner add_info(CLI::App& app);
+Runner add_tokenize(CLI::App& app);
+Runner add_embed(CLI::App& app);
+Runner add_devices(CLI::App& app);
+
+}  // namespace llamapp::cli

@@ -1,0 +1,28 @@
+// llamapp command-line entry point.
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <map>
+
+#include "commands.hpp"
+#include "options.hpp"
+
+int main(int argc, char** argv) {
+    using namespace llamapp::cli;
+    CLI::App app{"llamapp: local LLM inference on llama.cpp"};
+    app.require_subcommand(1);
+    const std::map<std::string, Runner> runners = {
+        {"run", add_run(app)},           {"info", add_info(app)},   {"tokenize", add_tokenize(app)},
+        {"embed", add_embed(app)},       {"devices", add_devices(app)},
+    };
+    try {
+        app.parse(normalize_args(argc, argv));
+    } catch (const CLI::ParseError& e) {
+        return app.exit(e);
+    }
+    for (const auto* sub : app.get_subcommands()) {
+        auto it = runners.find(sub->get_name());
+        if (it != runners.end()) return it->second();
+    }
+    return 1;
+}

@@ -1,0 +1,67 @@
+// Options shared by the CLI subcommands, with llama.cpp's flag names where they exist.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <string>
+#include <vector>
+
+#include "llamapp/llamapp.hpp"
+
+namespace llamapp::cli {
+
+struct CommonFlags {
+    std::string model_path;
+    std::string log_level = "warning";
+    int n_gpu_layers = -1;
+    bool no_mmap = false;
+};
+
+struct ContextFlags {
+    std::int64_t n_ctx = 2048;
+    std::int64_t n_batch = 2048;
+    std::int64_t n_ubatch = 512;
+    int threads = 0;
+    int threads_batch = 0;
+    std::string flash_attn = "auto";
+    std::string cache_type_k = "f16";
+    std::string cache_type_v = "f16";
+};
+
+struct SamplingFlags {
+    float temperature = 0.8f;
+    int top_k = 40;
+    float top_p = 0.95f;
+    float min_p = 0.05f;
+    float typical_p = 1.0f;
+    float repeat_penalty = 1.0f;
+    int repeat_last_n = 64;
+    float presence_penalty = 0.0f;
+    float frequency_penalty = 0.0f;
+    int mirostat = 0;
+    std::int64_t seed = -1;
+    std::string grammar;
+    std::string grammar_file;
+    std::string json_schema;
+};
+
+void add_common(CLI::App& app, CommonFlags& flags);
+void add_context(CLI::App& app, ContextFlags& flags);
+void add_sampling(CLI::App& app, SamplingFlags& flags);
+
+// Rewrites llama.cpp's multi-letter single-dash flags (-ngl, -ctk, ...) to long forms CLI11 knows.
+std::vector<std::string> normalize_args(int argc, char** argv);
+
+// Applies the log level, resolves the default demo model and loads the model (with a progress
+// bar on a terminal). Prints the demo banner when the demo model is used.
+Result<Model> load_model(const CommonFlags& flags, bool vocab_only = false);
+Result<ContextOptions> context_options(const ContextFlags& flags);
+Result<SamplingParams> sampling_params(const SamplingFlags& flags);
+
+// Reads a whole file; errors name the option that pointed at it.
+Result<std::string> read_text_file(const std::string& path, const char* option);
+
+// "error: <message> (<context>)" on stderr; returns the exit code for an error.
+int report(const Error& error);
+
+}  // namespace llamapp::cli

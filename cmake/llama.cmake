@@ -1,0 +1,39 @@
+# Brings in ggml, llama and llama.cpp's common library from the pinned tree fetched by
+# scripts/fetch-llama.sh, or from an existing checkout named by LLAMAPP_LLAMA_DIR (option or env).
+set(LLAMAPP_LLAMA_DIR "$ENV{LLAMAPP_LLAMA_DIR}" CACHE PATH "llama.cpp source tree")
+if(NOT LLAMAPP_LLAMA_DIR)
+  execute_process(COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/scripts/fetch-llama.sh
+                  OUTPUT_VARIABLE _llama_dir OUTPUT_STRIP_TRAILING_WHITESPACE
+                  RESULT_VARIABLE _fetch_rc)
+  if(NOT _fetch_rc EQUAL 0)
+    message(FATAL_ERROR "scripts/fetch-llama.sh failed; run scripts/setup.sh or set LLAMAPP_LLAMA_DIR")
+  endif()
+  set(LLAMAPP_LLAMA_DIR "${_llama_dir}" CACHE PATH "llama.cpp source tree" FORCE)
+endif()
+if(NOT EXISTS "${LLAMAPP_LLAMA_DIR}/include/llama.h")
+  message(FATAL_ERROR "LLAMAPP_LLAMA_DIR=${LLAMAPP_LLAMA_DIR} is not a llama.cpp tree")
+endif()
+message(STATUS "llamapp: llama.cpp from ${LLAMAPP_LLAMA_DIR}")
+
+set(BUILD_SHARED_LIBS OFF CACHE BOOL "" FORCE)
+set(LLAMA_BUILD_COMMON ON CACHE BOOL "" FORCE)
+# Tools are configured so that bench/ can build llama-bench from the same tree, but
+# EXCLUDE_FROM_ALL below keeps them out of the default build.
+set(LLAMA_BUILD_TOOLS ON CACHE BOOL "" FORCE)
+set(LLAMA_BUILD_TESTS OFF CACHE BOOL "" FORCE)
+set(LLAMA_BUILD_EXAMPLES OFF CACHE BOOL "" FORCE)
+set(LLAMA_BUILD_SERVER OFF CACHE BOOL "" FORCE)
+set(LLAMA_BUILD_APP OFF CACHE BOOL "" FORCE)
+set(LLAMA_BUILD_UI OFF CACHE BOOL "" FORCE)
+set(LLAMA_USE_PREBUILT_UI OFF CACHE BOOL "" FORCE)
+set(LLAMA_OPENSSL OFF CACHE BOOL "" FORCE)
+set(LLAMA_BUILD_IS_DEV OFF CACHE BOOL "" FORCE)
+set(LLAMA_ALL_WARNINGS OFF CACHE BOOL "" FORCE)
+set(GGML_CCACHE ON CACHE BOOL "" FORCE)
+
+add_subdirectory(${LLAMAPP_LLAMA_DIR} ${CMAKE_BINARY_DIR}/llama.cpp EXCLUDE_FROM_ALL SYSTEM)
+foreach(_t ggml ggml-base ggml-cpu llama llama-common llama-common-base)
+  if(TARGET ${_t})
+    set_target_properties(${_t} PROPERTIES POSITION_INDEPENDENT_CODE ON)
+  endif()
+endforeach()

@@ -1,0 +1,90 @@
+// Model: a loaded GGUF model. Immutable after load, shareable across threads and contexts.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "llamapp/error.hpp"
+#include "llamapp/tokenizer.hpp"
+
+namespace llamapp {
+
+namespace detail {
+struct ModelState;
+}
+
+enum class SplitMode { none, layer, row };
+
+struct ModelOptions {
+    int n_gpu_layers = -1;  // layers to offload to GPUs; -1 = all (no effect without a GPU)
+    SplitMode split_mode = SplitMode::layer;
+    int main_gpu = 0;                 // device index when split_mode is none
+    std::vector<float> tensor_split;  // share per offload device; at most offload_device_count()
+    bool use_mmap = true;
+    bool use_mlock = false;
+    bool vocab_only = false;  // tokenizer and metadata only, no weights
+    // Called with a monotone value in [0, 1]; the last call is exactly 1.0 on success.
+    // Return false to cancel the load (Model::load then fails with load_cancelled).
+    std::function<bool(float progress)> progress;
+};
+
+struct SpecialTokens {
+    Token bos = no_token, eos = no_token, eot = no_token, sep = no_token, nl = no_token,
+          pad = no_token;
+    Token fim_prefix = no_token, fim_suffix = no_token, fim_middle = no_token;
+    bool add_bos = false;  // the tokenizer adds BOS by default
+    bool add_eos = false;
+};
+
+struct ModelInfo {
+    std::filesystem::path path;
+    std::string architecture;  // general.architecture, e.g. "llama"
+    std::string name;          // general.name, may be empty
+    std::string description;   // llama.cpp's one-line description (type, size, quantization)
+    std::uint64_t n_params = 0;
+    std::uint64_t file_size = 0;    // bytes on disk
+    std::uint64_t tensor_bytes = 0; // bytes of weights
+    int n_ctx_train = 0;
+    int n_embd = 0;
+    int n_embd_out = 0;  // length of embedding vectors
+    int n_layer = 0;
+    int n_head = 0;
+    int n_head_kv = 0;
+    int n_vocab = 0;
+    int sliding_window = 0;  // 0 = no sliding-window attention layers
+    bool is_recurrent = false;
+    bool is_hybrid = false;
+    bool has_encoder = false;
+    bool vocab_only = false;
+    std::optional<std::string> chat_template;   // the model's default Jinja template
+    std::map<std::string, std::string> metadata;  // GGUF key/values (long arrays abbreviated)
+    SpecialTokens special;
+};
+
+class Model {
+public:
+    // Validates options and the file before llama.cpp sees them. Thread-safe.
+    static Result<Model> load(const std::filesystem::path& path, const ModelOptions& options = {});
+
+    const ModelInfo& info() const;
+    Tokenizer tokenizer() const;
+
+    // Lower-case hex SHA-256 of the GGUF file, streamed on first call and cached per
+    // path + size + mtime for the whole process.
+    Result<std::string> fingerprint() const;
+
+    // Internal state, shared with contexts so the model outlives them.
+    const std::shared_ptr<const detail::ModelState>& state() const { return state_; }
+
+private:
+    explicit Model(std::shared_ptr<const detail::ModelState> state) : state_(std::move(state)) {}
+    std::shared_ptr<const detail::ModelState> state_;
+};
+
+}  // namespace llamapp

@@ -1,0 +1,65 @@
+// SamplingParams: how the next token is chosen. Validated before any sampler is built.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "llamapp/error.hpp"
+#include "llamapp/tokenizer.hpp"
+
+namespace llamapp {
+
+struct LogitBias {
+    Token token = no_token;
+    float bias = 0.0f;  // added to the logit; -infinity bans the token
+};
+
+inline constexpr std::uint32_t random_seed = 0xFFFFFFFFu;
+
+struct SamplingParams {
+    float temperature = 0.8f;  // 0 = greedy
+    int top_k = 40;            // 0 = whole vocabulary
+    float top_p = 0.95f;       // 1 = off
+    float min_p = 0.05f;       // 0 = off
+    float typical_p = 1.0f;    // 1 = off
+
+    float repeat_penalty = 1.0f;     // 1 = off
+    float frequency_penalty = 0.0f;  // 0 = off
+    float presence_penalty = 0.0f;   // 0 = off
+    int penalty_last_n = 64;         // window of recent tokens penalised; -1 = whole context
+
+    float dry_multiplier = 0.0f;  // 0 = off
+    float dry_base = 1.75f;
+    int dry_allowed_length = 2;
+    int dry_penalty_last_n = -1;  // -1 = whole context
+    std::vector<std::string> dry_sequence_breakers = {"\n", ":", "\"", "*"};
+
+    float xtc_probability = 0.0f;  // 0 = off
+    float xtc_threshold = 0.1f;
+
+    int mirostat = 0;  // 0 = off, 1 = Mirostat, 2 = Mirostat 2.0
+    float mirostat_tau = 5.0f;
+    float mirostat_eta = 0.1f;
+
+    std::vector<LogitBias> logit_bias;
+    std::uint32_t seed = random_seed;
+
+    // Constraints: at most one of the two. Output that cannot satisfy them is never produced
+    // silently unconstrained: a malformed grammar or schema is an error.
+    std::string grammar;      // GBNF, root rule "root"
+    std::string json_schema;  // JSON Schema text, converted to GBNF with llama.cpp's converter
+
+    static SamplingParams greedy() {
+        SamplingParams p;
+        p.temperature = 0.0f;
+        p.top_k = 1;
+        return p;
+    }
+
+    // Checks ranges that do not depend on a model (token ids are checked against the vocab
+    // when a sampler is built).
+    Result<void> validate() const;
+};
+
+}  // namespace llamapp

@@ -1,0 +1,73 @@
+// Tokenizer and streaming Detokenizer over a model's vocabulary.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "llamapp/error.hpp"
+
+namespace llamapp {
+
+using Token = std::int32_t;
+inline constexpr Token no_token = -1;
+
+namespace detail {
+struct ModelState;
+}
+
+struct TokenizeOptions {
+    bool add_special = true;     // add BOS/EOS as the model's tokenizer config says
+    bool parse_special = false;  // treat text like "<|im_end|>" as control tokens (off: plain text)
+};
+
+// Cheap to copy; keeps the model alive. Thread-safe.
+class Tokenizer {
+public:
+    explicit Tokenizer(std::shared_ptr<const detail::ModelState> model) : model_(std::move(model)) {}
+
+    Result<std::vector<Token>> encode(std::string_view text, TokenizeOptions options = {}) const;
+    // Joins pieces; special tokens are rendered as text only when render_special is set.
+    Result<std::string> decode(std::span<const Token> tokens, bool render_special = false) const;
+    // Raw bytes of one token (may be a partial UTF-8 sequence).
+    Result<std::string> piece(Token token, bool render_special = true) const;
+
+    int vocab_size() const;
+    bool is_valid(Token token) const { return token >= 0 && token < vocab_size(); }
+    bool is_end_of_generation(Token token) const;
+    bool is_control(Token token) const;
+
+private:
+    std::shared_ptr<const detail::ModelState> model_;
+};
+
+// Turns a stream of tokens into text without ever emitting a broken UTF-8 sequence: bytes of an
+// incomplete code point are held back until the rest arrives (or flush() is called).
+class Detokenizer {
+public:
+    explicit Detokenizer(Tokenizer tokenizer, bool render_special = false)
+        : tokenizer_(std::move(tokenizer)), render_special_(render_special) {}
+
+    // Returns the text that became complete with this token (possibly empty).
+    Result<std::string> push(Token token);
+    // Returns any held-back bytes, with invalid sequences replaced by U+FFFD.
+    std::string flush();
+    void reset() { pending_.clear(); }
+
+private:
+    Tokenizer tokenizer_;
+    bool render_special_;
+    std::string pending_;
+};
+
+// Length of the longest prefix of `bytes` that ends on a complete UTF-8 code point boundary,
+// treating invalid bytes as complete (so they are never held back forever).
+std::size_t utf8_complete_prefix(std::string_view bytes);
+
+// Replaces invalid UTF-8 sequences with U+FFFD.
+std::string utf8_sanitize(std::string_view bytes);
+
+}  // namespace llamapp

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Installs everything llamapp needs on Debian 12, fetches the pinned llama.cpp tree and builds.
+# Idempotent: installed packages, the verified llama.cpp checkout and the build tree are reused.
+#   scripts/setup.sh            configure + build (Release) into build/
+#   LLAMAPP_BUILD_DIR, LLAMAPP_BUILD_TYPE, LLAMAPP_CMAKE_ARGS override the defaults.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+
+# Debian package names, pinned here and nowhere else. Why each is needed: README.md.
+packages=(
+  g++ cmake ninja-build ccache git pkg-config
+  libgtest-dev libgmock-dev libbenchmark-dev
+  libcli11-dev libfmt-dev libspdlog-dev libssl-dev
+)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+command -v npm >/dev/null || missing+=(npm)
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}" >&2
+  if [ "$(id -u)" -eq 0 ]; then sudo=""; else sudo="sudo"; fi
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+llama_dir=${LLAMAPP_LLAMA_DIR:-$("$root/scripts/fetch-llama.sh")}
+build=${LLAMAPP_BUILD_DIR:-$root/build}
+type=${LLAMAPP_BUILD_TYPE:-Release}
+
+export CCACHE_DIR=${CCACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/llamapp/ccache}
+# Paths differ between clones; base_dir makes ccache hits survive a fresh clone.
+export CCACHE_BASEDIR=${CCACHE_BASEDIR:-/}
+export CCACHE_NOHASHDIR=1
+if [ ! -f "$build/build.ninja" ]; then
+  # shellcheck disable=SC2086
+  cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE="$type" \
+    -DLLAMAPP_LLAMA_DIR="$llama_dir" ${LLAMAPP_CMAKE_ARGS:-} >&2
+fi
+cmake --build "$build" >&2

@@ -1,0 +1,70 @@
+// Internal: what a Context owns, and the helpers the generation and embedding code share.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <vector>
+
+#include "llama.h"
+#include "llamapp/cancellation.hpp"
+#include "llamapp/context.hpp"
+
+namespace llamapp::detail {
+
+struct LlamaContextDeleter {
+    void operator()(llama_context* c) const { llama_free(c); }
+};
+
+struct LlamaBatch {
+    explicit LlamaBatch(int n) : batch(llama_batch_init(n, 0, 1)), capacity(n) {}
+    ~LlamaBatch() { llama_batch_free(batch); }
+    LlamaBatch(const LlamaBatch&) = delete;
+    LlamaBatch& operator=(const LlamaBatch&) = delete;
+
+    void clear() { batch.n_tokens = 0; }
+    void add(Token token, int pos, int seq, bool output) {
+        const int i = batch.n_tokens++;
+        batch.token[i] = token;
+        batch.pos[i] = pos;
+        batch.n_seq_id[i] = 1;
+        batch.seq_id[i][0] = seq;
+        batch.logits[i] = output;
+    }
+    llama_batch batch;
+    int capacity;
+};
+
+// What the abort callback checks; written by the thread that calls llama_decode, read by
+// ggml's compute threads.
+struct AbortGuard {
+    std::atomic<const CancellationToken*> token{nullptr};
+    std::atomic<std::int64_t> deadline_ns{0};  // steady_clock; 0 = none
+    std::atomic<bool> timed_out{false};
+};
+
+struct ContextState {
+    ContextState(Model m, ContextOptions o) : model(std::move(m)), options(std::move(o)) {}
+
+    Model model;
+    ContextOptions options;
+    std::unique_ptr<llama_context, LlamaContextDeleter> ctx;
+    // Tokens whose KV sits in sequence 0, for prefix reuse between calls.
+    std::vector<Token> cached;
+    bool can_trim = true;  // partial sequence removal works (not recurrent/hybrid)
+    bool busy = false;     // a generation (TokenStream) is in progress
+    AbortGuard abort;
+
+    llama_memory_t memory() const { return llama_get_memory(ctx.get()); }
+    void forget() {
+        llama_memory_clear(memory(), true);
+        cached.clear();
+    }
+
+    // llama_decode with the cancellation token and the earlier of the per-decode budget and
+    // `deadline` enforced through the abort callback. Maps llama.cpp's codes to typed errors.
+    Result<void> decode(const llama_batch& batch, const CancellationToken* cancel,
+                        std::chrono::steady_clock::time_point deadline);
+};
+
+}  // namespace llamapp::detail

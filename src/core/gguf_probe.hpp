@@ -1,0 +1,22 @@
+// Checks a GGUF file before llama.cpp opens it, so bad files become typed errors, not aborts.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+
+#include "llamapp/error.hpp"
+
+namespace llamapp::detail {
+
+struct GgufSummary {
+    std::uint64_t file_size = 0;
+    std::string architecture;  // general.architecture, empty when missing
+    std::int64_t n_tensors = 0;
+};
+
+// Errors: file_not_found, is_directory, io_error (unreadable), invalid_model_file (not GGUF,
+// bad header, or tensor data extending past the end of the file).
+Result<GgufSummary> probe_gguf(const std::filesystem::path& path);
+
+}  // namespace llamapp::detail

@@ -1,0 +1,124 @@
+#include "llamapp/log.hpp"
+
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include <atomic>
+#include <mutex>
+
+#include "core/log_internal.hpp"
+#include "ggml.h"
+#include "llama.h"
+
+namespace llamapp {
+namespace {
+
+std::atomic<LogLevel> g_level{LogLevel::warning};
+std::mutex g_sink_mutex;
+LogSink g_sink;  // guarded by g_sink_mutex; empty = spdlog to stderr
+
+spdlog::logger& stderr_logger() {
+    static auto logger = [] {
+        auto l = spdlog::stderr_color_mt("llamapp");
+        l->set_pattern("%^[%H:%M:%S.%e %L]%$ %v");
+        l->set_level(spdlog::level::trace);
+        return l;
+    }();
+    return *logger;
+}
+
+spdlog::level::level_enum to_spdlog(LogLevel level) {
+    switch (level) {
+        case LogLevel::debug: return spdlog::level::debug;
+        case LogLevel::info: return spdlog::level::info;
+        case LogLevel::warning: return spdlog::level::warn;
+        case LogLevel::error: return spdlog::level::err;
+        case LogLevel::none: return spdlog::level::off;
+    }
+    return spdlog::level::info;
+}
+
+thread_local detail::LogCapture* t_capture = nullptr;
+// llama.cpp emits a line in fragments (GGML_LOG_LEVEL_CONT); assemble per thread.
+thread_local std::string t_partial;
+thread_local LogLevel t_partial_level = LogLevel::info;
+
+void llama_log_callback(ggml_log_level level, const char* text, void*) {
+    LogLevel ours = t_partial_level;
+    switch (level) {
+        case GGML_LOG_LEVEL_DEBUG: ours = LogLevel::debug; break;
+        case GGML_LOG_LEVEL_INFO: ours = LogLevel::info; break;
+        case GGML_LOG_LEVEL_WARN: ours = LogLevel::warning; break;
+        case GGML_LOG_LEVEL_ERROR: ours = LogLevel::error; break;
+        case GGML_LOG_LEVEL_NONE:
+        case GGML_LOG_LEVEL_CONT: break;
+    }
+    t_partial_level = ours;
+    t_partial += text ? text : "";
+    std::size_t newline;
+    while ((newline = t_partial.find('\n')) != std::string::npos) {
+        std::string line = t_partial.substr(0, newline);
+        t_partial.erase(0, newline + 1);
+        if (line.empty()) continue;
+        detail::capture_line(ours, line);
+        if (ours >= g_level.load(std::memory_order_relaxed)) detail::log_line(ours, line);
+    }
+}
+
+}  // namespace
+
+void set_log_level(LogLevel level) { g_level.store(level, std::memory_order_relaxed); }
+LogLevel log_level() { return g_level.load(std::memory_order_relaxed); }
+
+void set_log_sink(LogSink sink) {
+    std::lock_guard lock(g_sink_mutex);
+    g_sink = std::move(sink);
+}
+
+bool parse_log_level(std::string_view name, LogLevel& out) {
+    if (name == "debug") out = LogLevel::debug;
+    else if (name == "info") out = LogLevel::info;
+    else if (name == "warning" || name == "warn") out = LogLevel::warning;
+    else if (name == "error") out = LogLevel::error;
+    else if (name == "none") out = LogLevel::none;
+    else return false;
+    return true;
+}
+
+namespace detail {
+
+void log_line(LogLevel level, std::string_view line) {
+    if (level == LogLevel::none || level < log_level()) return;
+    {
+        std::lock_guard lock(g_sink_mutex);
+        if (g_sink) {
+            g_sink(level, line);
+            return;
+        }
+    }
+    stderr_logger().log(to_spdlog(level), "{}", line);
+}
+
+void capture_line(LogLevel level, std::string_view line) {
+    LogCapture* capture = t_capture;
+    if (!capture || level < LogLevel::warning) return;
+    capture->errors_.append(line).push_back('\n');
+    if (level == LogLevel::error) capture->last_error_ = std::string(line);
+}
+
+LogCapture::LogCapture() : previous_(t_capture) { t_capture = this; }
+LogCapture::~LogCapture() { t_capture = previous_; }
+
+std::string LogCapture::last_error() const {
+    std::string s = last_error_;
+    while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+    return s;
+}
+
+void install_llama_log_bridge() {
+    llama_log_set(llama_log_callback, nullptr);
+    ggml_log_set(llama_log_callback, nullptr);
+}
+
+}  // namespace detail
+}  // namespace llamapp

@@ -1,0 +1,173 @@
+#include "core/sampler.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <exception>
+#include <numeric>
+
+#include "common.h"
+#include "core/log_internal.hpp"
+#include "core/model_state.hpp"
+#include "llamapp/grammar.hpp"
+#include "sampling.h"
+
+namespace llamapp {
+
+namespace {
+
+Result<void> check(bool ok, const char* option, const std::string& why) {
+    if (ok) return {};
+    return fail(ErrorCode::invalid_argument, std::string(option) + " " + why, option);
+}
+
+}  // namespace
+
+Result<void> SamplingParams::validate() const {
+    auto finite = [](float v) { return std::isfinite(v); };
+    Result<void> r;
+    if (!(r = check(finite(temperature) && temperature >= 0, "temperature", "must be finite and >= 0"))) return r;
+    if (!(r = check(top_k >= 0, "top_k", "must be >= 0"))) return r;
+    if (!(r = check(finite(top_p) && top_p > 0 && top_p <= 1, "top_p", "must be in (0, 1]"))) return r;
+    if (!(r = check(finite(min_p) && min_p >= 0 && min_p <= 1, "min_p", "must be in [0, 1]"))) return r;
+    if (!(r = check(finite(typical_p) && typical_p > 0 && typical_p <= 1, "typical_p", "must be in (0, 1]")))
+        return r;
+    if (!(r = check(finite(repeat_penalty) && repeat_penalty > 0 && repeat_penalty <= 100,
+                    "repeat_penalty", "must be in (0, 100]")))
+        return r;
+    if (!(r = check(finite(frequency_penalty) && std::fabs(frequency_penalty) <= 100, "frequency_penalty",
+                    "must be in [-100, 100]")))
+        return r;
+    if (!(r = check(finite(presence_penalty) && std::fabs(presence_penalty) <= 100, "presence_penalty",
+                    "must be in [-100, 100]")))
+        return r;
+    if (!(r = check(penalty_last_n >= -1, "penalty_last_n", "must be >= -1"))) return r;
+    if (!(r = check(finite(dry_multiplier) && dry_multiplier >= 0, "dry_multiplier", "must be >= 0"))) return r;
+    if (!(r = check(finite(dry_base) && dry_base >= 1, "dry_base", "must be >= 1"))) return r;
+    if (!(r = check(dry_allowed_length >= 0, "dry_allowed_length", "must be >= 0"))) return r;
+    if (!(r = check(dry_penalty_last_n >= -1, "dry_penalty_last_n", "must be >= -1"))) return r;
+    if (!(r = check(finite(xtc_probability) && xtc_probability >= 0 && xtc_probability <= 1,
+                    "xtc_probability", "must be in [0, 1]")))
+        return r;
+    if (!(r = check(finite(xtc_threshold) && xtc_threshold >= 0 && xtc_threshold <= 1, "xtc_threshold",
+                    "must be in [0, 1]")))
+        return r;
+    if (!(r = check(mirostat >= 0 && mirostat <= 2, "mirostat", "must be 0, 1 or 2"))) return r;
+    if (!(r = check(finite(mirostat_tau) && mirostat_tau > 0, "mirostat_tau", "must be > 0"))) return r;
+    if (!(r = check(finite(mirostat_eta) && mirostat_eta > 0 && mirostat_eta <= 1, "mirostat_eta",
+                    "must be in (0, 1]")))
+        return r;
+    for (const auto& b : logit_bias) {
+        if (!(r = check(!std::isnan(b.bias) && b.bias != INFINITY, "logit_bias",
+                        "values must be finite or -infinity")))
+            return r;
+    }
+    if (!grammar.empty() && !json_schema.empty()) {
+        return fail(ErrorCode::invalid_argument, "grammar and json_schema are mutually exclusive", "grammar");
+    }
+    return {};
+}
+
+namespace detail {
+
+void Sampler::Deleter::operator()(common_sampler* s) const { common_sampler_free(s); }
+Sampler::Sampler(Sampler&&) noexcept = default;
+Sampler& Sampler::operator=(Sampler&&) noexcept = default;
+Sampler::~Sampler() = default;
+
+Result<Sampler> Sampler::create(const ModelState& model, const SamplingParams& p, bool ignore_eos) {
+    if (auto ok = p.validate(); !ok) return std::unexpected(ok.error());
+    const int n_vocab = llama_vocab_n_tokens(model.vocab);
+
+    common_params_sampling cp;
+    cp.seed = p.seed;
+    cp.temp = p.temperature;
+    cp.top_k = p.top_k;
+    cp.top_p = p.top_p;
+    cp.min_p = p.min_p;
+    cp.typ_p = p.typical_p;
+    cp.penalty_repeat = p.repeat_penalty;
+    cp.penalty_freq = p.frequency_penalty;
+    cp.penalty_present = p.presence_penalty;
+    cp.penalty_last_n = p.penalty_last_n;
+    cp.dry_multiplier = p.dry_multiplier;
+    cp.dry_base = p.dry_base;
+    cp.dry_allowed_length = p.dry_allowed_length;
+    cp.dry_penalty_last_n = p.dry_penalty_last_n;
+    cp.dry_sequence_breakers = p.dry_sequence_breakers;
+    cp.xtc_probability = p.xtc_probability;
+    cp.xtc_threshold = p.xtc_threshold;
+    cp.mirostat = p.mirostat;
+    cp.mirostat_tau = p.mirostat_tau;
+    cp.mirostat_eta = p.mirostat_eta;
+    cp.ignore_eos = ignore_eos;
+    cp.no_perf = true;
+    for (const auto& b : p.logit_bias) {
+        if (b.token < 0 || b.token >= n_vocab) {
+            return fail(ErrorCode::invalid_argument, "logit_bias token id out of range",
+                        "token=" + std::to_string(b.token) + ", vocab=" + std::to_string(n_vocab));
+        }
+        cp.logit_bias.push_back({b.token, b.bias});
+    }
+    if (ignore_eos) {
+        for (Token t = 0; t < n_vocab; ++t) {
+            if (llama_vocab_is_eog(model.vocab, t)) cp.logit_bias.push_back({t, -INFINITY});
+        }
+    }
+
+    std::string gbnf = p.grammar;
+    if (!p.json_schema.empty()) {
+        auto converted = json_schema_to_gbnf(p.json_schema);
+        if (!converted) return std::unexpected(converted.error());
+        gbnf = std::move(*converted);
+    }
+    if (!gbnf.empty()) {
+        if (auto ok = validate_gbnf(gbnf); !ok) return std::unexpected(ok.error());
+        cp.grammar = common_grammar(COMMON_GRAMMAR_TYPE_USER, gbnf);
+    }
+
+    LogCapture capture;
+    try {
+        common_sampler* s = common_sampler_init(model.model.get(), cp);
+        if (!s) {
+            return fail(gbnf.empty() ? ErrorCode::invalid_argument : ErrorCode::invalid_grammar,
+                        "could not build the sampler: " + capture.last_error(), "sampling");
+        }
+        return Sampler(std::unique_ptr<common_sampler, Deleter>(s));
+    } catch (const std::exception& e) {
+        return fail(gbnf.empty() ? ErrorCode::invalid_argument : ErrorCode::invalid_grammar,
+                    std::string("could not build the sampler: ") + e.what(), "sampling");
+    }
+}
+
+void Sampler::accept_prompt(std::span<const Token> tokens) {
+    for (Token t : tokens) common_sampler_accept(sampler_.get(), t, /*is_generated=*/false);
+}
+
+Token Sampler::sample_and_accept(llama_context* ctx, int index) {
+    const Token t = common_sampler_sample(sampler_.get(), ctx, index);
+    common_sampler_accept(sampler_.get(), t, /*is_generated=*/true);
+    return t;
+}
+
+TokenLogprobs logprobs_from_logits(const float* logits, int n_vocab, Token chosen, int top_n) {
+    float max_logit = -INFINITY;
+    for (int i = 0; i < n_vocab; ++i) max_logit = std::max(max_logit, logits[i]);
+    double sum = 0;
+    for (int i = 0; i < n_vocab; ++i) sum += std::exp(static_cast<double>(logits[i] - max_logit));
+    const float log_z = max_logit + static_cast<float>(std::log(sum));
+    TokenLogprobs out;
+    out.chosen.token = chosen;
+    out.chosen.logprob = logits[chosen] - log_z;
+    if (top_n > 0) {
+        std::vector<int> ids(n_vocab);
+        std::iota(ids.begin(), ids.end(), 0);
+        const int n = std::min(top_n, n_vocab);
+        std::partial_sort(ids.begin(), ids.begin() + n, ids.end(),
+                          [&](int a, int b) { return logits[a] > logits[b]; });
+        for (int i = 0; i < n; ++i) out.top.push_back({ids[i], {}, logits[ids[i]] - log_z});
+    }
+    return out;
+}
+
+}  // namespace detail
+}  // namespace llamapp

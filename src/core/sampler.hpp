@@ -1,0 +1,43 @@
+// Internal: a validated common_sampler for one generation.
+#pragma once
+
+#include <memory>
+#include <span>
+
+#include "llamapp/error.hpp"
+#include "llamapp/generation.hpp"
+#include "llamapp/sampling.hpp"
+
+struct common_sampler;
+struct llama_context;
+
+namespace llamapp::detail {
+
+struct ModelState;
+
+class Sampler {
+public:
+    // Validates parameters against the model (token ids, grammar, schema) and builds the chain.
+    static Result<Sampler> create(const ModelState& model, const SamplingParams& params, bool ignore_eos);
+
+    Sampler(Sampler&&) noexcept;
+    Sampler& operator=(Sampler&&) noexcept;
+    ~Sampler();
+
+    // Prompt tokens inform penalties but not the grammar.
+    void accept_prompt(std::span<const Token> tokens);
+    // Samples from the logits of output `index` of the last decode and accepts the token once.
+    Token sample_and_accept(llama_context* ctx, int index);
+
+private:
+    struct Deleter {
+        void operator()(common_sampler* s) const;
+    };
+    explicit Sampler(std::unique_ptr<common_sampler, Deleter> s) : sampler_(std::move(s)) {}
+    std::unique_ptr<common_sampler, Deleter> sampler_;
+};
+
+// Log-probabilities of the chosen token and the top_n alternatives from raw logits.
+TokenLogprobs logprobs_from_logits(const float* logits, int n_vocab, Token chosen, int top_n);
+
+}  // namespace llamapp::detail

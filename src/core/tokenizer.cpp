@@ -1,0 +1,78 @@
+#include "llamapp/tokenizer.hpp"
+
+#include <climits>
+
+#include "core/model_state.hpp"
+
+namespace llamapp {
+
+Result<std::vector<Token>> Tokenizer::encode(std::string_view text, TokenizeOptions options) const {
+    if (text.size() > static_cast<std::size_t>(INT32_MAX / 2)) {
+        return fail(ErrorCode::invalid_argument, "text is too long to tokenize",
+                    "bytes=" + std::to_string(text.size()));
+    }
+    const auto n_text = static_cast<int32_t>(text.size());
+    std::vector<Token> tokens(text.size() + 2);
+    int32_t n = llama_tokenize(model_->vocab, text.data(), n_text, tokens.data(),
+                               static_cast<int32_t>(tokens.size()), options.add_special,
+                               options.parse_special);
+    if (n < 0) {
+        tokens.resize(static_cast<std::size_t>(-n));
+        n = llama_tokenize(model_->vocab, text.data(), n_text, tokens.data(),
+                           static_cast<int32_t>(tokens.size()), options.add_special, options.parse_special);
+    }
+    if (n < 0) return fail(ErrorCode::internal, "tokenization failed");
+    tokens.resize(static_cast<std::size_t>(n));
+    return tokens;
+}
+
+Result<std::string> Tokenizer::decode(std::span<const Token> tokens, bool render_special) const {
+    for (Token t : tokens) {
+        if (!is_valid(t)) {
+            return fail(ErrorCode::invalid_argument, "token id out of range",
+                        "token=" + std::to_string(t) + ", vocab=" + std::to_string(vocab_size()));
+        }
+    }
+    if (tokens.size() > static_cast<std::size_t>(INT32_MAX / 16)) {
+        return fail(ErrorCode::invalid_argument, "too many tokens to decode");
+    }
+    std::string text(tokens.size() * 8 + 16, '\0');
+    const auto n_tokens = static_cast<int32_t>(tokens.size());
+    int32_t n = llama_detokenize(model_->vocab, tokens.data(), n_tokens, text.data(),
+                                 static_cast<int32_t>(text.size()), false, render_special);
+    if (n < 0) {
+        text.resize(static_cast<std::size_t>(-n));
+        n = llama_detokenize(model_->vocab, tokens.data(), n_tokens, text.data(),
+                             static_cast<int32_t>(text.size()), false, render_special);
+    }
+    if (n < 0) return fail(ErrorCode::internal, "detokenization failed");
+    text.resize(static_cast<std::size_t>(n));
+    return text;
+}
+
+Result<std::string> Tokenizer::piece(Token token, bool render_special) const {
+    if (!is_valid(token)) {
+        return fail(ErrorCode::invalid_argument, "token id out of range", "token=" + std::to_string(token));
+    }
+    char buf[128];
+    int32_t n = llama_token_to_piece(model_->vocab, token, buf, sizeof buf, 0, render_special);
+    if (n >= 0) return std::string(buf, static_cast<std::size_t>(n));
+    std::string big(static_cast<std::size_t>(-n), '\0');
+    n = llama_token_to_piece(model_->vocab, token, big.data(), static_cast<int32_t>(big.size()), 0,
+                             render_special);
+    if (n < 0) return fail(ErrorCode::internal, "token to piece failed");
+    big.resize(static_cast<std::size_t>(n));
+    return big;
+}
+
+int Tokenizer::vocab_size() const { return llama_vocab_n_tokens(model_->vocab); }
+
+bool Tokenizer::is_end_of_generation(Token token) const {
+    return is_valid(token) && llama_vocab_is_eog(model_->vocab, token);
+}
+
+bool Tokenizer::is_control(Token token) const {
+    return is_valid(token) && llama_vocab_is_control(model_->vocab, token);
+}
+
+}  // namespace llamapp
