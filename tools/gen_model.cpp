@@ -28,6 +28,8 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -337,11 +339,9 @@ void fill_values(const TensorSpec& t, std::mt19937_64& rng, float* dst, int64_t 
     }
 }
 
-volatile std::sig_atomic_t g_interrupted = 0;
-std::string g_tmp_path;  // set before any signal can refer to it
+std::string g_tmp_path;  // set before the handlers are installed, never changed afterwards
 
 extern "C" void on_signal(int sig) {
-    g_interrupted = 1;
     // unlink is async-signal-safe; a partial temp file is useless, and --out is never touched.
     if (!g_tmp_path.empty()) unlink(g_tmp_path.c_str());
     std::signal(sig, SIG_DFL);
@@ -392,7 +392,6 @@ void write_tensors(FILE* f, const std::vector<TensorSpec>& specs,
                 write_all(f, qbuf.data(), nbytes);
             }
             written += nbytes;
-            if (g_interrupted) throw std::runtime_error("interrupted");
         }
         // gguf places every tensor at an aligned offset; the padding is part of the file.
         write_all(f, zeros.data(), (alignment - written % alignment) % alignment);

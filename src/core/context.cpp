@@ -185,7 +185,9 @@ Result<Context> Context::create(const Model& model, const ContextOptions& option
     p.type_k = to_ggml(options.type_k);
     p.type_v = to_ggml(options.type_v);
     p.offload_kqv = options.offload_kqv;
-    p.kv_unified = options.kv_unified;
+    // Packed embedding batches came out wrong for every sequence but the first with per-sequence
+    // KV streams (checked on the pinned tree); the cache is cleared per batch, so unified costs nothing.
+    p.kv_unified = options.kv_unified || options.embeddings;
     p.embeddings = options.embeddings;
     p.no_perf = true;
     switch (options.pooling) {

@@ -1,6 +1,7 @@
 #include "llamapp/grammar.hpp"
 
 #include <exception>
+#include <optional>
 #include <string>
 
 #include "core/log_internal.hpp"
@@ -10,6 +11,29 @@
 #include "llamapp/backend.hpp"
 
 namespace llamapp {
+
+namespace {
+
+// llama.cpp's converter only warns about a "pattern" it cannot translate and then accepts any
+// string. Constrained output must fail closed, so such schemas are rejected here.
+std::optional<std::string> untranslatable_pattern(const common_json& node) {
+    if (node.is_object()) {
+        for (auto it = node.begin(); it != node.end(); ++it) {
+            if (it.key() == "pattern" && it.value().is_string()) {
+                const std::string p = it.value().get<std::string>();
+                if (p.empty() || p.front() != '^' || p.back() != '$') return p;
+            }
+            if (auto bad = untranslatable_pattern(it.value())) return bad;
+        }
+    } else if (node.is_array()) {
+        for (const auto& item : node) {
+            if (auto bad = untranslatable_pattern(item)) return bad;
+        }
+    }
+    return std::nullopt;
+}
+
+}  // namespace
 
 Result<std::string> json_schema_to_gbnf(std::string_view schema_json) {
     ensure_backend();
@@ -21,6 +45,10 @@ Result<std::string> json_schema_to_gbnf(std::string_view schema_json) {
     if (!schema.is_object() && !schema.is_boolean()) {
         return fail(ErrorCode::invalid_json_schema, "JSON schema must be an object or a boolean",
                     "json_schema");
+    }
+    if (auto bad = untranslatable_pattern(schema)) {
+        return fail(ErrorCode::invalid_json_schema, "patterns must be anchored with ^ and $ to be enforced",
+                    "pattern=" + *bad);
     }
     try {
         std::string gbnf = json_schema_to_grammar(schema, /*force_gbnf=*/true);

@@ -94,10 +94,13 @@ ModelInfo introspect(const llama_model* model, const llama_vocab* vocab, const s
     info.n_embd = llama_model_n_embd(model);
     info.n_embd_out = llama_model_n_embd_out(model);
     info.n_layer = llama_model_n_layer(model);
-    info.n_head = llama_model_n_head(model);
-    info.n_head_kv = llama_model_n_head_kv(model);
+    if (!vocab_only && info.n_layer > 0) {
+        // Per-layer hyperparameters are not loaded for a vocab-only model (llama.cpp asserts).
+        info.n_head = llama_model_n_head(model);
+        info.n_head_kv = llama_model_n_head_kv(model);
+        info.sliding_window = llama_model_n_swa(model);
+    }
     info.n_vocab = llama_vocab_n_tokens(vocab);
-    info.sliding_window = llama_model_n_swa(model);
     info.is_recurrent = llama_model_is_recurrent(model);
     info.is_hybrid = llama_model_is_hybrid(model);
     info.has_encoder = llama_model_has_encoder(model);

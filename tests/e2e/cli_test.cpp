@@ -1,0 +1,114 @@
+// Drives the real `llamapp` binary: exit codes, error lines, JSON output.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include <array>
+#include <cstdio>
+#include <string>
+
+#include "support/paths.hpp"
+
+namespace {
+
+struct CliRun {
+    int status = -1;
+    std::string out;  // stdout and stderr together
+};
+
+CliRun run(const std::string& args, bool with_stderr = true) {
+    const std::string inner = llamapp::test::binary("llamapp").string() + " " + args +
+                              (with_stderr ? " 2>&1" : " 2>/dev/null");
+    // bash, not sh: some cases use process substitution.
+    std::string quoted;
+    for (char c : inner) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    const std::string cmd = "bash -c '" + quoted + "'";
+    CliRun r;
+    FILE* pipe = popen(cmd.c_str(), "r");
+    if (!pipe) return r;
+    std::array<char, 4096> buf;
+    while (std::size_t n = std::fread(buf.data(), 1, buf.size(), pipe)) r.out.append(buf.data(), n);
+    const int status = pclose(pipe);
+    r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    return r;
+}
+
+const std::string stories = llamapp::test::shared_model("stories260K.gguf").string();
+
+}  // namespace
+
+TEST(Cli, RunPrintsTheGoldenGreedyText) {
+    CliRun r = run("run -m " + stories + " -p 'Once upon a time' -n 30 --temp 0", false);
+    ASSERT_EQ(r.status, 0) << r.out;
+    EXPECT_EQ(r.out.rfind("Once upon a time, there was a little girl named Lily.", 0), 0u) << r.out;
+}
+
+TEST(Cli, RunJsonHasUsageAndTimings) {
+    CliRun r = run("run -m " + stories + " -p 'The cat' -n 12 --temp 0 --json", false);
+    ASSERT_EQ(r.status, 0) << r.out;
+    auto j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j["usage"]["completion_tokens"], 12);
+    EXPECT_EQ(j["finish_reason"], "length");
+    EXPECT_GT(j["timings"]["decode_tokens_per_s"].get<double>(), 0);
+    EXPECT_EQ(j["tokens"].size(), 12u);
+}
+
+TEST(Cli, DefaultModelIsTheDemoWithABanner) {
+    CliRun r = run("run -p 'Hello' -n 5");
+    ASSERT_EQ(r.status, 0) << r.out;
+    EXPECT_NE(r.out.find("RANDOM weights"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("-m PATH"), std::string::npos);
+}
+
+TEST(Cli, ErrorsAreOneLineAndNonZero) {
+    const std::pair<std::string, std::string> cases[] = {
+        {"run -m /nonexistent.gguf -p hi", "[file_not_found]"},
+        {"run -m /tmp -p hi", "[is_directory]"},
+        {"run -m " + stories + " -p hi -c -5", "[invalid_argument]"},
+        {"run -m " + stories + " -p hi -ctk q9_9", "[invalid_argument]"},
+        {"run -m " + stories + " -p hi -n 0", "[invalid_argument]"},
+        {"run -m " + stories + " -p hi --grammar 'root ::= ('", "[invalid_grammar]"},
+        {"run -m " + stories + " -p hi --json-schema '{bad'", "[invalid_json_schema]"},
+        {"run -m " + stories + " -p hi --top-p 7", "[invalid_argument]"},
+        {"info -m /nonexistent.gguf", "[file_not_found]"},
+    };
+    for (const auto& [args, code] : cases) {
+        CliRun r = run(args);
+        EXPECT_NE(r.status, 0) << args;
+        EXPECT_NE(r.out.find("error: "), std::string::npos) << args << "\n" << r.out;
+        EXPECT_NE(r.out.find(code), std::string::npos) << args << "\n" << r.out;
+    }
+}
+
+TEST(Cli, InfoTokenizeEmbedDevices) {
+    CliRun info = run("info -m " + stories + " --json --sha256", false);
+    ASSERT_EQ(info.status, 0) << info.out;
+    auto j = nlohmann::json::parse(info.out);
+    EXPECT_EQ(j["n_layer"], 5);
+    EXPECT_EQ(j["sha256"], "270cba1bd5109f42d03350f60406024560464db173c0e387d91f0426d3bd256d");
+
+    CliRun table = run("info -m " + stories, false);
+    EXPECT_NE(table.out.find("architecture       llama"), std::string::npos) << table.out;
+
+    CliRun tok = run("tokenize -m " + llamapp::test::shared_model("vocab/ggml-vocab-llama-spm.gguf").string() +
+                  " -p 'Hello world' --ids --no-add-special", false);
+    ASSERT_EQ(tok.status, 0) << tok.out;
+    EXPECT_EQ(nlohmann::json::parse(tok.out), nlohmann::json::parse("[15043, 3186]"));
+
+    CliRun emb = run("embed -m " + stories + " -p one -p two", false);
+    ASSERT_EQ(emb.status, 0) << emb.out;
+    auto e = nlohmann::json::parse(emb.out);
+    ASSERT_EQ(e.size(), 2u);
+    EXPECT_EQ(e[0]["embedding"].size(), 64u);
+
+    CliRun dev = run("devices", false);
+    ASSERT_EQ(dev.status, 0);
+    EXPECT_NE(dev.out.find("cpu"), std::string::npos) << dev.out;
+}
+
+TEST(Cli, ChatReplKeepsHistory) {
+    CliRun r = run("run --chat -m " + llamapp::test::generated_model("qwen3-tiny.gguf").string() +
+                   " -n 4 --temp 0 < <(printf 'hi\\nagain\\n')");
+    ASSERT_EQ(r.status, 0) << r.out;
+    EXPECT_NE(r.out.find("chat:"), std::string::npos);
+}

@@ -1,0 +1,37 @@
+// The real trained tiny model, loaded once per test binary.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include "llamapp/llamapp.hpp"
+#include "support/paths.hpp"
+
+namespace llamapp::test {
+
+inline const Model& stories_model() {
+    static Model model = [] {
+        set_log_level(LogLevel::none);
+        auto m = Model::load(shared_model("stories260K.gguf"));
+        if (!m) throw std::runtime_error(m.error().describe());
+        return std::move(*m);
+    }();
+    return model;
+}
+
+inline Context stories_context(std::int64_t n_ctx = 512) {
+    ContextOptions o;
+    o.n_ctx = n_ctx;
+    o.n_threads = 2;
+    auto c = Context::create(stories_model(), o);
+    if (!c) throw std::runtime_error(c.error().describe());
+    return std::move(*c);
+}
+
+inline GenerateOptions greedy(int max_tokens) {
+    GenerateOptions o;
+    o.sampling = SamplingParams::greedy();
+    o.max_tokens = max_tokens;
+    return o;
+}
+
+}  // namespace llamapp::test
