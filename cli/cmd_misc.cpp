@@ -22,7 +22,8 @@ Runner add_tokenize(CLI::App& app) {
     CLI::App* cmd = app.add_subcommand("tokenize", "show the tokens of a text");
     add_common(*cmd, flags->common);
     cmd->add_option("-p,--prompt", flags->prompt, "text to tokenize")->required();
-    cmd->add_flag("--parse-special", flags->parse_special, "treat special-token text as control tokens");
+    cmd->add_flag("--parse-special", flags->parse_special,
+                  "treat special-token text as control tokens");
     cmd->add_flag("--no-add-special", flags->no_add_special, "do not add BOS/EOS");
     cmd->add_flag("--ids", flags->ids_only, "print only the ids, as a JSON array");
     return [flags]() -> int {
@@ -67,17 +68,20 @@ Runner add_embed(CLI::App& app) {
         if (!pooling) return report(pooling.error());
         options->embeddings = true;
         options->pooling = *pooling;
-        options->n_seq_max = static_cast<std::int64_t>(std::min<std::size_t>(flags->inputs.size(), 64));
+        options->n_seq_max =
+            static_cast<std::int64_t>(std::min<std::size_t>(flags->inputs.size(), 64));
         auto model = load_model(flags->common);
         if (!model) return report(model.error());
         auto context = Context::create(*model, *options);
         if (!context) return report(context.error());
         auto vectors = context->embed_batch(
-            flags->inputs, {.normalize = flags->no_normalize ? Normalization::none : Normalization::l2});
+            flags->inputs,
+            {.normalize = flags->no_normalize ? Normalization::none : Normalization::l2});
         if (!vectors) return report(vectors.error());
         nlohmann::json out = nlohmann::json::array();
         for (std::size_t i = 0; i < vectors->size(); ++i) {
-            out.push_back({{"index", i}, {"input", flags->inputs[i]}, {"embedding", (*vectors)[i]}});
+            out.push_back(
+                {{"index", i}, {"input", flags->inputs[i]}, {"embedding", (*vectors)[i]}});
         }
         std::cout << out.dump() << "\n";
         return 0;
@@ -96,7 +100,8 @@ Runner add_devices(CLI::App& app) {
             std::printf("%-10s %-12s %-40s", d.name.c_str(), std::string(to_string(d.type)).c_str(),
                         d.description.c_str());
             if (d.memory_total > 0) {
-                std::printf(" %.1f/%.1f GiB free", d.memory_free / 1073741824.0, d.memory_total / 1073741824.0);
+                std::printf(" %.1f/%.1f GiB free", d.memory_free / 1073741824.0,
+                            d.memory_total / 1073741824.0);
             }
             std::printf("\n");
         }

@@ -55,7 +55,9 @@ nlohmann::json to_json(const Generation& g) {
           {"total_ms", g.timings.total_ms}}},
     };
     if (!g.stop_sequence.empty()) out["stop_sequence"] = g.stop_sequence;
-    if (g.error) out["error"] = {{"code", std::string(to_string(g.error->code))}, {"message", g.error->describe()}};
+    if (g.error)
+        out["error"] = {{"code", std::string(to_string(g.error->code))},
+                        {"message", g.error->describe()}};
     return out;
 }
 
@@ -71,7 +73,8 @@ int run_chat(Context& context, const RunFlags& flags, GenerateOptions options) {
     std::vector<ChatMessage> history;
     if (!flags.system.empty()) history.push_back({.role = "system", .content = flags.system});
     std::string line;
-    std::fprintf(stderr, "chat: type a message, Enter to send; /reset clears history, Ctrl-D quits\n");
+    std::fprintf(stderr,
+                 "chat: type a message, Enter to send; /reset clears history, Ctrl-D quits\n");
     while (true) {
         std::fprintf(stderr, "> ");
         if (!std::getline(std::cin, line)) break;
@@ -84,11 +87,12 @@ int run_chat(Context& context, const RunFlags& flags, GenerateOptions options) {
         CancellationToken cancel;
         g_interrupt = &cancel;
         options.cancel = cancel;
-        auto result = chat(context, *tmpl, history, {.generate = options}, [](const StreamPiece& p) {
-            std::fwrite(p.text.data(), 1, p.text.size(), stdout);
-            std::fflush(stdout);
-            return true;
-        });
+        auto result =
+            chat(context, *tmpl, history, {.generate = options}, [](const StreamPiece& p) {
+                std::fwrite(p.text.data(), 1, p.text.size(), stdout);
+                std::fflush(stdout);
+                return true;
+            });
         g_interrupt = nullptr;
         std::fputc('\n', stdout);
         if (!result) {
@@ -111,15 +115,19 @@ Runner add_run(CLI::App& app) {
     add_sampling(*cmd, flags->sampling);
     cmd->add_option("-p,--prompt", flags->prompt, "prompt text (default: a story opening)");
     cmd->add_option("-f,--file", flags->prompt_file, "read the prompt from a file");
-    cmd->add_option("-n,--n-predict", flags->n_predict, "tokens to generate (-1 = until the context is full)")
+    cmd->add_option("-n,--n-predict", flags->n_predict,
+                    "tokens to generate (-1 = until the context is full)")
         ->capture_default_str();
     cmd->add_option("--stop", flags->stop, "stop string (repeatable)");
-    cmd->add_flag("--ignore-eos", flags->ignore_eos, "keep generating past end-of-generation tokens");
+    cmd->add_flag("--ignore-eos", flags->ignore_eos,
+                  "keep generating past end-of-generation tokens");
     cmd->add_flag("--json", flags->json, "print one JSON object with text, usage and timings");
     cmd->add_flag("--chat", flags->chat, "interactive multi-turn chat using the model's template");
     cmd->add_option("--system", flags->system, "system message for --chat");
-    cmd->add_option("--chat-template-file", flags->chat_template_file, "Jinja chat template to use instead");
-    cmd->add_flag("--no-display-prompt", flags->no_display_prompt, "do not echo the prompt before the output");
+    cmd->add_option("--chat-template-file", flags->chat_template_file,
+                    "Jinja chat template to use instead");
+    cmd->add_flag("--no-display-prompt", flags->no_display_prompt,
+                  "do not echo the prompt before the output");
 
     return [flags]() -> int {
         auto sampling = sampling_params(flags->sampling);
@@ -132,7 +140,8 @@ Runner add_run(CLI::App& app) {
             if (!text) return report(text.error());
             prompt = *text;
         }
-        if (prompt.empty() && flags->prompt_file.empty() && !flags->chat) prompt = "Once upon a time";
+        if (prompt.empty() && flags->prompt_file.empty() && !flags->chat)
+            prompt = "Once upon a time";
         GenerateOptions options;
         options.sampling = *sampling;
         options.max_tokens = flags->n_predict;
@@ -168,9 +177,12 @@ Runner add_run(CLI::App& app) {
         } else {
             std::fputc('\n', stdout);
             const auto& t = result->timings;
-            std::fprintf(stderr, "[%d prompt tokens, %d generated, prefill %.1f tok/s, decode %.1f tok/s, %s]\n",
-                         result->usage.prompt_tokens, result->usage.completion_tokens, t.prefill_tokens_per_s,
-                         t.decode_tokens_per_s, std::string(to_string(result->finish_reason)).c_str());
+            std::fprintf(
+                stderr,
+                "[%d prompt tokens, %d generated, prefill %.1f tok/s, decode %.1f tok/s, %s]\n",
+                result->usage.prompt_tokens, result->usage.completion_tokens,
+                t.prefill_tokens_per_s, t.decode_tokens_per_s,
+                std::string(to_string(result->finish_reason)).c_str());
         }
         if (result->finish_reason == FinishReason::error) return report(*result->error);
         return 0;

@@ -12,8 +12,8 @@ int main(int argc, char** argv) {
     CLI::App app{"llamapp: local LLM inference on llama.cpp"};
     app.require_subcommand(1);
     const std::map<std::string, Runner> runners = {
-        {"run", add_run(app)},           {"info", add_info(app)},   {"tokenize", add_tokenize(app)},
-        {"embed", add_embed(app)},       {"devices", add_devices(app)},
+        {"run", add_run(app)},     {"info", add_info(app)},       {"tokenize", add_tokenize(app)},
+        {"embed", add_embed(app)}, {"devices", add_devices(app)},
     };
     try {
         app.parse(normalize_args(argc, argv));

@@ -13,34 +13,43 @@ namespace llamapp::cli {
 namespace fs = std::filesystem;
 
 void add_common(CLI::App& app, CommonFlags& flags) {
-    app.add_option("-m,--model", flags.model_path, "GGUF model file (default: the demo model the build makes)");
+    app.add_option("-m,--model", flags.model_path,
+                   "GGUF model file (default: the demo model the build makes)");
     app.add_option("--log-level", flags.log_level, "debug, info, warning, error or none")
         ->check(CLI::IsMember({"debug", "info", "warning", "error", "none"}));
-    app.add_option("--n-gpu-layers,--gpu-layers", flags.n_gpu_layers, "layers to offload to GPUs (-ngl; -1 = all)");
+    app.add_option("--n-gpu-layers,--gpu-layers", flags.n_gpu_layers,
+                   "layers to offload to GPUs (-ngl; -1 = all)");
     app.add_flag("--no-mmap", flags.no_mmap, "read the model into memory instead of mapping it");
 }
 
 void add_context(CLI::App& app, ContextFlags& flags) {
-    app.add_option("-c,--ctx-size", flags.n_ctx, "context size in tokens (0 = the model's training length)")
+    app.add_option("-c,--ctx-size", flags.n_ctx,
+                   "context size in tokens (0 = the model's training length)")
         ->capture_default_str();
-    app.add_option("-b,--batch-size", flags.n_batch, "tokens per decode call")->capture_default_str();
-    app.add_option("--ubatch-size", flags.n_ubatch, "tokens per compute graph (-ub)")->capture_default_str();
+    app.add_option("-b,--batch-size", flags.n_batch, "tokens per decode call")
+        ->capture_default_str();
+    app.add_option("--ubatch-size", flags.n_ubatch, "tokens per compute graph (-ub)")
+        ->capture_default_str();
     app.add_option("-t,--threads", flags.threads, "decode threads (0 = all cores)");
     app.add_option("--threads-batch", flags.threads_batch, "prefill threads (-tb; 0 = same as -t)");
     app.add_option("--flash-attn", flags.flash_attn, "flash attention: auto, on or off (-fa)")
         ->check(CLI::IsMember({"auto", "on", "off"}));
-    app.add_option("--cache-type-k", flags.cache_type_k, "KV cache type for K (-ctk)")->capture_default_str();
-    app.add_option("--cache-type-v", flags.cache_type_v, "KV cache type for V (-ctv)")->capture_default_str();
+    app.add_option("--cache-type-k", flags.cache_type_k, "KV cache type for K (-ctk)")
+        ->capture_default_str();
+    app.add_option("--cache-type-v", flags.cache_type_v, "KV cache type for V (-ctv)")
+        ->capture_default_str();
 }
 
 void add_sampling(CLI::App& app, SamplingFlags& flags) {
-    app.add_option("--temp,--temperature", flags.temperature, "temperature (0 = greedy)")->capture_default_str();
+    app.add_option("--temp,--temperature", flags.temperature, "temperature (0 = greedy)")
+        ->capture_default_str();
     app.add_option("--top-k", flags.top_k, "top-k (0 = off)")->capture_default_str();
     app.add_option("--top-p", flags.top_p, "top-p (1 = off)")->capture_default_str();
     app.add_option("--min-p", flags.min_p, "min-p (0 = off)")->capture_default_str();
     app.add_option("--typical", flags.typical_p, "typical-p (1 = off)");
     app.add_option("--repeat-penalty", flags.repeat_penalty, "repetition penalty (1 = off)");
-    app.add_option("--repeat-last-n", flags.repeat_last_n, "tokens the penalties look back over (-1 = all)");
+    app.add_option("--repeat-last-n", flags.repeat_last_n,
+                   "tokens the penalties look back over (-1 = all)");
     app.add_option("--presence-penalty", flags.presence_penalty, "presence penalty");
     app.add_option("--frequency-penalty", flags.frequency_penalty, "frequency penalty");
     app.add_option("--mirostat", flags.mirostat, "Mirostat: 0 off, 1, or 2");
@@ -94,14 +103,15 @@ Result<Model> load_model(const CommonFlags& flags, bool vocab_only) {
         path = demo_model_path();
         std::fprintf(stderr,
                      "llamapp: no model given, using the demo model %s\n"
-                     "llamapp: it has RANDOM weights, so its text is gibberish; pass -m PATH to a real GGUF.\n",
+                     "llamapp: it has RANDOM weights, so its text is gibberish; pass -m PATH to a "
+                     "real GGUF.\n",
                      path.c_str());
     }
     ModelOptions options;
     options.n_gpu_layers = flags.n_gpu_layers;
     options.use_mmap = !flags.no_mmap;
     options.vocab_only = vocab_only;
-    if (isatty(STDERR_FILENO)) {
+    if (isatty(STDOUT_FILENO) && isatty(STDERR_FILENO)) {
         options.progress = [](float p) {
             draw_progress(p);
             return true;
@@ -131,7 +141,9 @@ Result<ContextOptions> context_options(const ContextFlags& flags) {
 
 Result<std::string> read_text_file(const std::string& path, const char* option) {
     std::ifstream in(path, std::ios::binary);
-    if (!in) return fail(ErrorCode::file_not_found, "cannot read file", std::string(option) + "=" + path);
+    if (!in)
+        return fail(ErrorCode::file_not_found, "cannot read file",
+                    std::string(option) + "=" + path);
     std::ostringstream ss;
     ss << in.rdbuf();
     return ss.str();
@@ -165,7 +177,8 @@ Result<SamplingParams> sampling_params(const SamplingFlags& f) {
 }
 
 int report(const Error& error) {
-    std::fprintf(stderr, "error: %s [%s]\n", error.describe().c_str(), std::string(to_string(error.code)).c_str());
+    std::fprintf(stderr, "error: %s [%s]\n", error.describe().c_str(),
+                 std::string(to_string(error.code)).c_str());
     return 1;
 }
 

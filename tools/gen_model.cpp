@@ -9,16 +9,16 @@
 #include <gguf.h>
 #include <llama.h>
 
-#include <CLI/CLI.hpp>
 #include <fmt/core.h>
+#include <CLI/CLI.hpp>
 
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
-#include <csignal>
 #include <cmath>
+#include <csignal>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -75,14 +75,20 @@ struct Options {
 constexpr int kSsmConv = 4;
 constexpr int kSsmState = 16;
 
-int ssm_dt_rank(int n_embd) { return (n_embd + 15) / 16; }
+int ssm_dt_rank(int n_embd) {
+    return (n_embd + 15) / 16;
+}
 
 std::string arch_name(Arch a) {
     switch (a) {
-        case Arch::llama: return "llama";
-        case Arch::qwen3: return "qwen3";
-        case Arch::gemma2: return "gemma2";
-        case Arch::mamba: return "mamba";
+        case Arch::llama:
+            return "llama";
+        case Arch::qwen3:
+            return "qwen3";
+        case Arch::gemma2:
+            return "gemma2";
+        case Arch::mamba:
+            return "mamba";
     }
     return "?";
 }
@@ -104,7 +110,9 @@ uint64_t fnv1a(const std::string& s) {
     return h;
 }
 
-std::string blk(int il, const char* suffix) { return fmt::format("blk.{}.{}", il, suffix); }
+std::string blk(int il, const char* suffix) {
+    return fmt::format("blk.{}.{}", il, suffix);
+}
 
 std::vector<TensorSpec> build_tensors(Arch arch, const Shape& s, int64_t n_vocab) {
     const int64_t E = s.n_embd;
@@ -136,8 +144,8 @@ std::vector<TensorSpec> build_tensors(Arch arch, const Shape& s, int64_t n_vocab
             mat(blk(il, "ssm_in.weight"), E, 2 * d_inner);
             // The conv kernel is consumed by ggml_ssm_conv, which wants F32 (llama-quantize
             // never quantizes it either).
-            t.push_back({blk(il, "ssm_conv1d.weight"), {kSsmConv, d_inner}, Init::normal, false,
-                         0.5f});
+            t.push_back(
+                {blk(il, "ssm_conv1d.weight"), {kSsmConv, d_inner}, Init::normal, false, 0.5f});
             vec(blk(il, "ssm_conv1d.bias"), {d_inner}, Init::zeros);
             mat(blk(il, "ssm_x.weight"), d_inner, dt_rank + 2 * kSsmState);
             mat(blk(il, "ssm_dt.weight"), dt_rank, d_inner,
@@ -208,18 +216,42 @@ using GgmlPtr = std::unique_ptr<ggml_context, GgmlDeleter>;
 void copy_kv(gguf_context* dst, const gguf_context* src, int64_t id) {
     const char* key = gguf_get_key(src, id);
     switch (gguf_get_kv_type(src, id)) {
-        case GGUF_TYPE_UINT8: gguf_set_val_u8(dst, key, gguf_get_val_u8(src, id)); break;
-        case GGUF_TYPE_INT8: gguf_set_val_i8(dst, key, gguf_get_val_i8(src, id)); break;
-        case GGUF_TYPE_UINT16: gguf_set_val_u16(dst, key, gguf_get_val_u16(src, id)); break;
-        case GGUF_TYPE_INT16: gguf_set_val_i16(dst, key, gguf_get_val_i16(src, id)); break;
-        case GGUF_TYPE_UINT32: gguf_set_val_u32(dst, key, gguf_get_val_u32(src, id)); break;
-        case GGUF_TYPE_INT32: gguf_set_val_i32(dst, key, gguf_get_val_i32(src, id)); break;
-        case GGUF_TYPE_FLOAT32: gguf_set_val_f32(dst, key, gguf_get_val_f32(src, id)); break;
-        case GGUF_TYPE_UINT64: gguf_set_val_u64(dst, key, gguf_get_val_u64(src, id)); break;
-        case GGUF_TYPE_INT64: gguf_set_val_i64(dst, key, gguf_get_val_i64(src, id)); break;
-        case GGUF_TYPE_FLOAT64: gguf_set_val_f64(dst, key, gguf_get_val_f64(src, id)); break;
-        case GGUF_TYPE_BOOL: gguf_set_val_bool(dst, key, gguf_get_val_bool(src, id)); break;
-        case GGUF_TYPE_STRING: gguf_set_val_str(dst, key, gguf_get_val_str(src, id)); break;
+        case GGUF_TYPE_UINT8:
+            gguf_set_val_u8(dst, key, gguf_get_val_u8(src, id));
+            break;
+        case GGUF_TYPE_INT8:
+            gguf_set_val_i8(dst, key, gguf_get_val_i8(src, id));
+            break;
+        case GGUF_TYPE_UINT16:
+            gguf_set_val_u16(dst, key, gguf_get_val_u16(src, id));
+            break;
+        case GGUF_TYPE_INT16:
+            gguf_set_val_i16(dst, key, gguf_get_val_i16(src, id));
+            break;
+        case GGUF_TYPE_UINT32:
+            gguf_set_val_u32(dst, key, gguf_get_val_u32(src, id));
+            break;
+        case GGUF_TYPE_INT32:
+            gguf_set_val_i32(dst, key, gguf_get_val_i32(src, id));
+            break;
+        case GGUF_TYPE_FLOAT32:
+            gguf_set_val_f32(dst, key, gguf_get_val_f32(src, id));
+            break;
+        case GGUF_TYPE_UINT64:
+            gguf_set_val_u64(dst, key, gguf_get_val_u64(src, id));
+            break;
+        case GGUF_TYPE_INT64:
+            gguf_set_val_i64(dst, key, gguf_get_val_i64(src, id));
+            break;
+        case GGUF_TYPE_FLOAT64:
+            gguf_set_val_f64(dst, key, gguf_get_val_f64(src, id));
+            break;
+        case GGUF_TYPE_BOOL:
+            gguf_set_val_bool(dst, key, gguf_get_val_bool(src, id));
+            break;
+        case GGUF_TYPE_STRING:
+            gguf_set_val_str(dst, key, gguf_get_val_str(src, id));
+            break;
         case GGUF_TYPE_ARRAY: {
             const gguf_type at = gguf_get_arr_type(src, id);
             const size_t n = gguf_get_arr_n(src, id);
@@ -234,7 +266,8 @@ void copy_kv(gguf_context* dst, const gguf_context* src, int64_t id) {
             }
             break;
         }
-        default: throw std::runtime_error(fmt::format("unsupported type for vocab key '{}'", key));
+        default:
+            throw std::runtime_error(fmt::format("unsupported type for vocab key '{}'", key));
     }
 }
 
@@ -308,7 +341,8 @@ void set_hparams(gguf_context* g, const Options& o, const std::string& arch) {
             f32("attn_logit_softcapping", 50.0f);
             f32("final_logit_softcapping", 30.0f);
             break;
-        case Arch::mamba: break;
+        case Arch::mamba:
+            break;
     }
 }
 
@@ -316,8 +350,12 @@ void set_hparams(gguf_context* g, const Options& o, const std::string& arch) {
 // tensor, needed by the initialisers whose value depends on the element's coordinates.
 void fill_values(const TensorSpec& t, std::mt19937_64& rng, float* dst, int64_t index, int64_t n) {
     switch (t.init) {
-        case Init::ones: std::fill_n(dst, n, 1.0f); return;
-        case Init::zeros: std::fill_n(dst, n, 0.0f); return;
+        case Init::ones:
+            std::fill_n(dst, n, 1.0f);
+            return;
+        case Init::zeros:
+            std::fill_n(dst, n, 0.0f);
+            return;
         case Init::ssm_a:
             // Mamba stores A = -exp(A_log) with A_log = log(1..d_state): negative for decay.
             for (int64_t i = 0; i < n; ++i) dst[i] = -static_cast<float>((index + i) % t.ne[0] + 1);
@@ -466,8 +504,8 @@ void generate(const Options& o) {
     GgmlPtr meta(ggml_init(ip));
     for (const auto& t : specs) {
         types.push_back(tensor_type(t, wtype));
-        ggml_tensor* tensor = ggml_new_tensor(meta.get(), types.back(),
-                                              static_cast<int>(t.ne.size()), t.ne.data());
+        ggml_tensor* tensor =
+            ggml_new_tensor(meta.get(), types.back(), static_cast<int>(t.ne.size()), t.ne.data());
         ggml_set_name(tensor, t.name.c_str());
         gguf_add_tensor(g.get(), tensor);
     }
@@ -499,8 +537,8 @@ void generate(const Options& o) {
         unlink(g_tmp_path.c_str());
         throw;
     }
-    fmt::print("wrote {}: {} {} ({} layers, n_embd {}, vocab {}), {:.1f}M params, type {}\n",
-               o.out, arch, o.preset, o.shape.n_layer, o.shape.n_embd, n_vocab,
+    fmt::print("wrote {}: {} {} ({} layers, n_embd {}, vocab {}), {:.1f}M params, type {}\n", o.out,
+               arch, o.preset, o.shape.n_layer, o.shape.n_embd, n_vocab,
                static_cast<double>(count_params(specs)) / 1e6, o.type);
 }
 
@@ -518,8 +556,7 @@ int main(int argc, char** argv) {
     app.add_option("--arch", arch, "Architecture (mamba is the recurrent family)")
         ->check(CLI::IsMember({"llama", "qwen3", "gemma2", "mamba"}))
         ->capture_default_str();
-    app.add_option("--vocab", o.vocab, "GGUF file whose tokenizer.* keys are copied")
-        ->required();
+    app.add_option("--vocab", o.vocab, "GGUF file whose tokenizer.* keys are copied")->required();
     app.add_option("--out", o.out, "Output GGUF path")->required();
     app.add_option("--preset", o.preset, "Shape defaults; explicit shape flags override")
         ->check(CLI::IsMember({"tiny", "demo", "bench125m"}))

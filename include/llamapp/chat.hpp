@@ -39,15 +39,15 @@ struct ChatParseState;
 }  // namespace detail
 
 struct ChatPrompt {
-    std::string text;           // the rendered template, for display
-    std::vector<Token> tokens;  // message text tokenized as text, template markup as specials
+    std::string text;               // the rendered template, for display
+    std::vector<Token> tokens;      // message text tokenized as text, template markup as specials
     std::vector<std::string> stop;  // extra stop strings the template's format asks for
     std::shared_ptr<const detail::ChatParseState> parse_state;  // how to parse the reply
 };
 
 // A parsed chat template. Thread-safe after construction; cheap to copy.
 class ChatTemplate {
-public:
+  public:
     // The model's own template, or `override_source` when not empty. Errors: template_error
     // when the model has none and no override is given, or the template does not parse.
     static Result<ChatTemplate> create(const Model& model, const std::string& override_source = {});
@@ -66,7 +66,7 @@ public:
 
     const std::string& source() const;
 
-private:
+  private:
     explicit ChatTemplate(std::shared_ptr<const detail::ChatTemplateState> state)
         : state_(std::move(state)) {}
     std::shared_ptr<const detail::ChatTemplateState> state_;

@@ -55,7 +55,7 @@ class TokenStream;
 // Not thread-safe: one thread uses a Context at a time (the Model may be shared). A
 // CancellationToken passed in GenerateOptions may be cancelled from any other thread.
 class Context {
-public:
+  public:
     static Result<Context> create(const Model& model, const ContextOptions& options = {});
 
     Context(Context&&) noexcept;
@@ -94,7 +94,7 @@ public:
 
     detail::ContextState& state() { return *state_; }
 
-private:
+  private:
     explicit Context(std::unique_ptr<detail::ContextState> state);
     std::unique_ptr<detail::ContextState> state_;
 };

@@ -10,21 +10,21 @@ namespace llamapp {
 
 // Stable codes: their numeric values and names never change meaning once released.
 enum class ErrorCode {
-    invalid_argument = 1,   // an option or input value is out of range or malformed
-    file_not_found,         // path does not exist
-    is_directory,           // path names a directory where a file was expected
-    invalid_model_file,     // not a GGUF file, or truncated / corrupt
-    unsupported_model,      // a valid GGUF that llamapp cannot run (encoder-decoder, diffusion, ...)
-    out_of_memory,          // allocation of weights, KV cache or compute buffers failed
-    load_cancelled,         // the progress callback asked to stop loading
-    context_overflow,       // prompt plus generation does not fit the context window
-    invalid_grammar,        // GBNF grammar does not parse
-    invalid_json_schema,    // JSON schema is malformed or cannot be converted
-    template_error,         // chat template failed to parse or render
-    decode_failed,          // llama_decode reported a failure
-    cancelled,              // a cancellation token stopped the work
-    timeout,                // a deadline or per-decode time budget expired
-    io_error,               // reading or writing a file failed
+    invalid_argument = 1,  // an option or input value is out of range or malformed
+    file_not_found,        // path does not exist
+    is_directory,          // path names a directory where a file was expected
+    invalid_model_file,    // not a GGUF file, or truncated / corrupt
+    unsupported_model,     // a valid GGUF that llamapp cannot run (encoder-decoder, diffusion, ...)
+    out_of_memory,         // allocation of weights, KV cache or compute buffers failed
+    load_cancelled,        // the progress callback asked to stop loading
+    context_overflow,      // prompt plus generation does not fit the context window
+    invalid_grammar,       // GBNF grammar does not parse
+    invalid_json_schema,   // JSON schema is malformed or cannot be converted
+    template_error,        // chat template failed to parse or render
+    decode_failed,         // llama_decode reported a failure
+    cancelled,             // a cancellation token stopped the work
+    timeout,               // a deadline or per-decode time budget expired
+    io_error,              // reading or writing a file failed
     unsupported_operation,  // the operation is not valid for this model / context configuration
     internal,               // a bug: an invariant llamapp relies on did not hold
 };

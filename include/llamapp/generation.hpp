@@ -27,11 +27,11 @@ inline constexpr int max_top_logprobs = 20;
 
 struct GenerateOptions {
     SamplingParams sampling;
-    int max_tokens = 256;  // >= 1, or -1 for "until the context is full"
+    int max_tokens = 256;           // >= 1, or -1 for "until the context is full"
     std::vector<std::string> stop;  // stop strings; the text never contains any part of them
     bool ignore_eos = false;
-    bool logprobs = false;  // report the log-probability of each chosen token
-    int top_logprobs = 0;   // and of the n most likely alternatives (0..max_top_logprobs)
+    bool logprobs = false;     // report the log-probability of each chosen token
+    int top_logprobs = 0;      // and of the n most likely alternatives (0..max_top_logprobs)
     TokenizeOptions tokenize;  // how a text prompt is tokenized
     bool reuse_prefix = true;  // keep the KV of a common prefix with the previous call
     CancellationToken cancel;
@@ -92,7 +92,7 @@ class GenerationRun;
 
 // Pull-style stream of pieces: while (stream.next(piece)) { ... } then stream.result().
 class TokenStream {
-public:
+  public:
     explicit TokenStream(std::unique_ptr<detail::GenerationRun> run);
     TokenStream(TokenStream&&) noexcept;
     TokenStream& operator=(TokenStream&&) noexcept;
@@ -102,7 +102,7 @@ public:
     // Valid once next() returned false.
     const Generation& result() const;
 
-private:
+  private:
     std::unique_ptr<detail::GenerationRun> run_;
 };
 

@@ -48,8 +48,8 @@ struct ModelInfo {
     std::string name;          // general.name, may be empty
     std::string description;   // llama.cpp's one-line description (type, size, quantization)
     std::uint64_t n_params = 0;
-    std::uint64_t file_size = 0;    // bytes on disk
-    std::uint64_t tensor_bytes = 0; // bytes of weights
+    std::uint64_t file_size = 0;     // bytes on disk
+    std::uint64_t tensor_bytes = 0;  // bytes of weights
     int n_ctx_train = 0;
     int n_embd = 0;
     int n_embd_out = 0;  // length of embedding vectors
@@ -62,13 +62,13 @@ struct ModelInfo {
     bool is_hybrid = false;
     bool has_encoder = false;
     bool vocab_only = false;
-    std::optional<std::string> chat_template;   // the model's default Jinja template
+    std::optional<std::string> chat_template;     // the model's default Jinja template
     std::map<std::string, std::string> metadata;  // GGUF key/values (long arrays abbreviated)
     SpecialTokens special;
 };
 
 class Model {
-public:
+  public:
     // Validates options and the file before llama.cpp sees them. Thread-safe.
     static Result<Model> load(const std::filesystem::path& path, const ModelOptions& options = {});
 
@@ -82,7 +82,7 @@ public:
     // Internal state, shared with contexts so the model outlives them.
     const std::shared_ptr<const detail::ModelState>& state() const { return state_; }
 
-private:
+  private:
     explicit Model(std::shared_ptr<const detail::ModelState> state) : state_(std::move(state)) {}
     std::shared_ptr<const detail::ModelState> state_;
 };

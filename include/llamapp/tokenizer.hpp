@@ -26,8 +26,9 @@ struct TokenizeOptions {
 
 // Cheap to copy; keeps the model alive. Thread-safe.
 class Tokenizer {
-public:
-    explicit Tokenizer(std::shared_ptr<const detail::ModelState> model) : model_(std::move(model)) {}
+  public:
+    explicit Tokenizer(std::shared_ptr<const detail::ModelState> model)
+        : model_(std::move(model)) {}
 
     Result<std::vector<Token>> encode(std::string_view text, TokenizeOptions options = {}) const;
     // Joins pieces; special tokens are rendered as text only when render_special is set.
@@ -40,14 +41,14 @@ public:
     bool is_end_of_generation(Token token) const;
     bool is_control(Token token) const;
 
-private:
+  private:
     std::shared_ptr<const detail::ModelState> model_;
 };
 
 // Turns a stream of tokens into text without ever emitting a broken UTF-8 sequence: bytes of an
 // incomplete code point are held back until the rest arrives (or flush() is called).
 class Detokenizer {
-public:
+  public:
     explicit Detokenizer(Tokenizer tokenizer, bool render_special = false)
         : tokenizer_(std::move(tokenizer)), render_special_(render_special) {}
 
@@ -57,7 +58,7 @@ public:
     std::string flush();
     void reset() { pending_.clear(); }
 
-private:
+  private:
     Tokenizer tokenizer_;
     bool render_special_;
     std::string pending_;

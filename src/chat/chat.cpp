@@ -29,10 +29,13 @@ namespace {
 
 // Stand-ins for message text while the template renders. The bytes 0x1E/0x1F never appear in
 // chat markup, and no template has a reason to transform them.
-std::string marker(std::size_t i) { return fmt::format("\x1ELLAMAPP_TEXT_{}\x1F", i); }
+std::string marker(std::size_t i) {
+    return fmt::format("\x1ELLAMAPP_TEXT_{}\x1F", i);
+}
 
 Result<void> validate(const std::vector<ChatMessage>& messages) {
-    if (messages.empty()) return fail(ErrorCode::invalid_argument, "messages must not be empty", "messages");
+    if (messages.empty())
+        return fail(ErrorCode::invalid_argument, "messages must not be empty", "messages");
     for (std::size_t i = 0; i < messages.size(); ++i) {
         const auto& role = messages[i].role;
         if (role != "system" && role != "user" && role != "assistant" && role != "tool") {
@@ -54,7 +57,8 @@ common_chat_msg to_common(const ChatMessage& m, std::string content, std::string
     return out;
 }
 
-Result<common_chat_params> apply_common(const detail::ChatTemplateState& s, std::vector<common_chat_msg> msgs,
+Result<common_chat_params> apply_common(const detail::ChatTemplateState& s,
+                                        std::vector<common_chat_msg> msgs,
                                         const ChatRenderOptions& options) {
     common_chat_templates_inputs inputs;
     inputs.messages = std::move(msgs);
@@ -66,7 +70,8 @@ Result<common_chat_params> apply_common(const detail::ChatTemplateState& s, std:
     try {
         return common_chat_templates_apply(s.templates.get(), inputs);
     } catch (const std::exception& e) {
-        return fail(ErrorCode::template_error, std::string("chat template failed to render: ") + e.what());
+        return fail(ErrorCode::template_error,
+                    std::string("chat template failed to render: ") + e.what());
     }
 }
 
@@ -78,8 +83,8 @@ Result<ChatTemplate> ChatTemplate::create(const Model& model, const std::string&
     std::string source = override_source;
     if (source.empty()) {
         if (!info.chat_template) {
-            return fail(ErrorCode::template_error, "the model has no chat template; pass one explicitly",
-                        info.path.string());
+            return fail(ErrorCode::template_error,
+                        "the model has no chat template; pass one explicitly", info.path.string());
         }
         source = *info.chat_template;
     }
@@ -88,7 +93,8 @@ Result<ChatTemplate> ChatTemplate::create(const Model& model, const std::string&
     try {
         state->templates = common_chat_templates_init(model.state()->model.get(), source);
     } catch (const std::exception& e) {
-        return fail(ErrorCode::template_error, std::string("chat template does not parse: ") + e.what());
+        return fail(ErrorCode::template_error,
+                    std::string("chat template does not parse: ") + e.what());
     }
     if (!state->templates) return fail(ErrorCode::template_error, "chat template does not parse");
     // Render once so that a template that only fails at render time fails here, not mid-request.
@@ -99,7 +105,9 @@ Result<ChatTemplate> ChatTemplate::create(const Model& model, const std::string&
     return result;
 }
 
-const std::string& ChatTemplate::source() const { return state_->source; }
+const std::string& ChatTemplate::source() const {
+    return state_->source;
+}
 
 Result<std::string> ChatTemplate::apply(const std::vector<ChatMessage>& messages,
                                         const ChatRenderOptions& options) const {
@@ -147,7 +155,8 @@ Result<ChatPrompt> ChatTemplate::render(const std::vector<ChatMessage>& messages
     };
     while (pos < rendered.size()) {
         const std::size_t start = rendered.find('\x1E', pos);
-        const std::size_t end = start == std::string::npos ? std::string::npos : rendered.find('\x1F', start);
+        const std::size_t end =
+            start == std::string::npos ? std::string::npos : rendered.find('\x1F', start);
         std::size_t index = 0;
         const bool is_marker =
             end != std::string::npos &&
@@ -166,10 +175,12 @@ Result<ChatPrompt> ChatTemplate::render(const std::vector<ChatMessage>& messages
         pos = end + 1;
     }
     const auto& special = state_->model.info().special;
-    if (special.add_bos && special.bos != no_token && (prompt.tokens.empty() || prompt.tokens.front() != special.bos)) {
+    if (special.add_bos && special.bos != no_token &&
+        (prompt.tokens.empty() || prompt.tokens.front() != special.bos)) {
         prompt.tokens.insert(prompt.tokens.begin(), special.bos);
     }
-    if (prompt.tokens.empty()) return fail(ErrorCode::template_error, "chat template rendered an empty prompt");
+    if (prompt.tokens.empty())
+        return fail(ErrorCode::template_error, "chat template rendered an empty prompt");
     prompt.stop = params->additional_stops;
     auto parse_state = std::make_shared<detail::ChatParseState>();
     parse_state->params = common_chat_parser_params(*params);
@@ -178,7 +189,8 @@ Result<ChatPrompt> ChatTemplate::render(const std::vector<ChatMessage>& messages
         try {
             parse_state->params.parser.load(params->parser);
         } catch (const std::exception& e) {
-            return fail(ErrorCode::template_error, std::string("chat output parser failed to load: ") + e.what());
+            return fail(ErrorCode::template_error,
+                        std::string("chat output parser failed to load: ") + e.what());
         }
     }
     prompt.parse_state = std::move(parse_state);
@@ -192,10 +204,12 @@ ChatMessage ChatTemplate::parse(const std::string& output, const ChatPrompt& pro
         return message;
     }
     try {
-        common_chat_msg parsed = common_chat_parse(output, /*is_partial=*/false, prompt.parse_state->params);
+        common_chat_msg parsed =
+            common_chat_parse(output, /*is_partial=*/false, prompt.parse_state->params);
         message.content = parsed.content;
         message.reasoning_content = parsed.reasoning_content;
-        for (const auto& c : parsed.tool_calls) message.tool_calls.push_back({c.id, c.name, c.arguments});
+        for (const auto& c : parsed.tool_calls)
+            message.tool_calls.push_back({c.id, c.name, c.arguments});
     } catch (const std::exception&) {
         // Random or unexpected output is still an answer; show it as it came.
         message.content = output;
@@ -205,8 +219,9 @@ ChatMessage ChatTemplate::parse(const std::string& output, const ChatPrompt& pro
     return message;
 }
 
-Result<ChatResult> chat(Context& context, const ChatTemplate& chat_template, const std::vector<ChatMessage>& messages,
-                        const ChatOptions& options, const PieceCallback& on_piece) {
+Result<ChatResult> chat(Context& context, const ChatTemplate& chat_template,
+                        const std::vector<ChatMessage>& messages, const ChatOptions& options,
+                        const PieceCallback& on_piece) {
     auto prompt = chat_template.render(messages, options.render);
     if (!prompt) return std::unexpected(prompt.error());
     GenerateOptions generate = options.generate;

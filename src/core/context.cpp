@@ -19,9 +19,9 @@ struct KvTypeName {
     ggml_type ggml;
 };
 constexpr KvTypeName kv_types[] = {
-    {KvType::f32, "f32", GGML_TYPE_F32},       {KvType::f16, "f16", GGML_TYPE_F16},
-    {KvType::bf16, "bf16", GGML_TYPE_BF16},    {KvType::q8_0, "q8_0", GGML_TYPE_Q8_0},
-    {KvType::q4_0, "q4_0", GGML_TYPE_Q4_0},    {KvType::q4_1, "q4_1", GGML_TYPE_Q4_1},
+    {KvType::f32, "f32", GGML_TYPE_F32},          {KvType::f16, "f16", GGML_TYPE_F16},
+    {KvType::bf16, "bf16", GGML_TYPE_BF16},       {KvType::q8_0, "q8_0", GGML_TYPE_Q8_0},
+    {KvType::q4_0, "q4_0", GGML_TYPE_Q4_0},       {KvType::q4_1, "q4_1", GGML_TYPE_Q4_1},
     {KvType::iq4_nl, "iq4_nl", GGML_TYPE_IQ4_NL}, {KvType::q5_0, "q5_0", GGML_TYPE_Q5_0},
     {KvType::q5_1, "q5_1", GGML_TYPE_Q5_1},
 };
@@ -33,7 +33,9 @@ ggml_type to_ggml(KvType t) {
     return GGML_TYPE_F16;
 }
 
-bool is_quantized(KvType t) { return t != KvType::f32 && t != KvType::f16 && t != KvType::bf16; }
+bool is_quantized(KvType t) {
+    return t != KvType::f32 && t != KvType::f16 && t != KvType::bf16;
+}
 
 constexpr std::int64_t max_n_ctx = 1 << 24;
 
@@ -59,7 +61,9 @@ Result<void> validate(const ModelInfo& info, const ContextOptions& o) {
     }
     if (auto r = range(o.n_batch, 1, 1 << 20, "n_batch"); !r) return r;
     if (auto r = range(o.n_ubatch, 1, o.n_batch, "n_ubatch"); !r) return r;
-    if (auto r = range(o.n_seq_max, 1, static_cast<std::int64_t>(llama_max_parallel_sequences()), "n_seq_max"); !r)
+    if (auto r = range(o.n_seq_max, 1, static_cast<std::int64_t>(llama_max_parallel_sequences()),
+                       "n_seq_max");
+        !r)
         return r;
     if (auto r = range(o.n_threads, 0, 1024, "n_threads"); !r) return r;
     if (auto r = range(o.n_threads_batch, 0, 1024, "n_threads_batch"); !r) return r;
@@ -67,22 +71,27 @@ Result<void> validate(const ModelInfo& info, const ContextOptions& o) {
         return fail(ErrorCode::invalid_argument, "decode_timeout must be >= 0", "decode_timeout");
     }
     if (is_quantized(o.type_v) && o.flash_attn == FlashAttention::off) {
-        return fail(ErrorCode::invalid_argument, "a quantized V cache needs flash attention", "type_v");
+        return fail(ErrorCode::invalid_argument, "a quantized V cache needs flash attention",
+                    "type_v");
     }
     // Refuse a KV cache that cannot fit in physical memory before trying to allocate it.
     const std::int64_t n_ctx = o.n_ctx == 0 ? info.n_ctx_train : o.n_ctx;
     if (info.n_head > 0 && !info.is_recurrent) {
         const double n_embd_kv = static_cast<double>(info.n_embd) / info.n_head * info.n_head_kv;
-        const double bytes_per =
-            ggml_type_size(to_ggml(o.type_k)) / static_cast<double>(ggml_blck_size(to_ggml(o.type_k))) +
-            ggml_type_size(to_ggml(o.type_v)) / static_cast<double>(ggml_blck_size(to_ggml(o.type_v)));
+        const double bytes_per = ggml_type_size(to_ggml(o.type_k)) /
+                                     static_cast<double>(ggml_blck_size(to_ggml(o.type_k))) +
+                                 ggml_type_size(to_ggml(o.type_v)) /
+                                     static_cast<double>(ggml_blck_size(to_ggml(o.type_v)));
         const double kv_bytes = static_cast<double>(n_ctx) * info.n_layer * n_embd_kv * bytes_per;
-        const double ram = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
+        const double ram = static_cast<double>(sysconf(_SC_PHYS_PAGES)) *
+                           static_cast<double>(sysconf(_SC_PAGE_SIZE));
         if (ram > 0 && kv_bytes > ram) {
-            return fail(ErrorCode::out_of_memory,
-                        fmt::format("the KV cache for n_ctx={} needs about {:.1f} GiB, more than this "
-                                    "machine's {:.1f} GiB", n_ctx, kv_bytes / (1 << 30), ram / (1 << 30)),
-                        "n_ctx");
+            return fail(
+                ErrorCode::out_of_memory,
+                fmt::format("the KV cache for n_ctx={} needs about {:.1f} GiB, more than this "
+                            "machine's {:.1f} GiB",
+                            n_ctx, kv_bytes / (1 << 30), ram / (1 << 30)),
+                "n_ctx");
         }
     }
     return {};
@@ -137,14 +146,16 @@ Result<void> ContextState::decode(const llama_batch& batch, const CancellationTo
         deadline = std::min(deadline, Clock::now() + options.decode_timeout);
     }
     abort.token.store(cancel, std::memory_order_release);
-    abort.deadline_ns.store(deadline == Clock::time_point::max() ? 0 : deadline.time_since_epoch().count(),
-                            std::memory_order_relaxed);
+    abort.deadline_ns.store(
+        deadline == Clock::time_point::max() ? 0 : deadline.time_since_epoch().count(),
+        std::memory_order_relaxed);
     abort.timed_out.store(false, std::memory_order_relaxed);
     const int rc = llama_decode(ctx.get(), batch);
     abort.token.store(nullptr, std::memory_order_release);
     abort.deadline_ns.store(0, std::memory_order_relaxed);
     switch (rc) {
-        case 0: return {};
+        case 0:
+            return {};
         case 1:
             return fail(ErrorCode::context_overflow, "no room left in the KV cache for this batch",
                         fmt::format("n_ctx={}", llama_n_ctx(ctx.get())));
@@ -153,8 +164,11 @@ Result<void> ContextState::decode(const llama_batch& batch, const CancellationTo
                 return fail(ErrorCode::timeout, "decoding took longer than its time budget");
             }
             return fail(ErrorCode::cancelled, "decoding was cancelled");
-        case -1: return fail(ErrorCode::invalid_argument, "llama.cpp rejected the batch");
-        default: return fail(ErrorCode::decode_failed, fmt::format("llama_decode failed with code {}", rc));
+        case -1:
+            return fail(ErrorCode::invalid_argument, "llama.cpp rejected the batch");
+        default:
+            return fail(ErrorCode::decode_failed,
+                        fmt::format("llama_decode failed with code {}", rc));
     }
 }
 
@@ -186,20 +200,30 @@ Result<Context> Context::create(const Model& model, const ContextOptions& option
     p.type_v = to_ggml(options.type_v);
     p.offload_kqv = options.offload_kqv;
     // Packed embedding batches came out wrong for every sequence but the first with per-sequence
-    // KV streams (checked on the pinned tree); the cache is cleared per batch, so unified costs nothing.
+    // KV streams (checked on the pinned tree); the cache is cleared per batch, so unified costs
+    // nothing.
     p.kv_unified = options.kv_unified || options.embeddings;
     p.embeddings = options.embeddings;
     p.no_perf = true;
     switch (options.pooling) {
         case Pooling::model_default:
             // A causal LM has no pooling of its own; mean pooling makes embed() useful anyway.
-            p.pooling_type = options.embeddings && !model_pools(info) ? LLAMA_POOLING_TYPE_MEAN
-                                                                       : LLAMA_POOLING_TYPE_UNSPECIFIED;
+            p.pooling_type = options.embeddings && !model_pools(info)
+                                 ? LLAMA_POOLING_TYPE_MEAN
+                                 : LLAMA_POOLING_TYPE_UNSPECIFIED;
             break;
-        case Pooling::none: p.pooling_type = LLAMA_POOLING_TYPE_NONE; break;
-        case Pooling::mean: p.pooling_type = LLAMA_POOLING_TYPE_MEAN; break;
-        case Pooling::cls: p.pooling_type = LLAMA_POOLING_TYPE_CLS; break;
-        case Pooling::last: p.pooling_type = LLAMA_POOLING_TYPE_LAST; break;
+        case Pooling::none:
+            p.pooling_type = LLAMA_POOLING_TYPE_NONE;
+            break;
+        case Pooling::mean:
+            p.pooling_type = LLAMA_POOLING_TYPE_MEAN;
+            break;
+        case Pooling::cls:
+            p.pooling_type = LLAMA_POOLING_TYPE_CLS;
+            break;
+        case Pooling::last:
+            p.pooling_type = LLAMA_POOLING_TYPE_LAST;
+            break;
     }
     p.abort_callback = abort_callback;
     p.abort_callback_data = &state->abort;
@@ -209,24 +233,37 @@ Result<Context> Context::create(const Model& model, const ContextOptions& option
     try {
         raw = llama_init_from_model(model.state()->model.get(), p);
     } catch (const std::exception& e) {
-        return fail(ErrorCode::invalid_argument, std::string("llama.cpp refused the context: ") + e.what());
+        return fail(ErrorCode::invalid_argument,
+                    std::string("llama.cpp refused the context: ") + e.what());
     }
     if (!raw) {
         const std::string why = capture.errors();
         if (why.find("alloc") != std::string::npos || why.find("memory") != std::string::npos) {
-            return fail(ErrorCode::out_of_memory, "not enough memory for the context: " + capture.last_error());
+            return fail(ErrorCode::out_of_memory,
+                        "not enough memory for the context: " + capture.last_error());
         }
-        return fail(ErrorCode::invalid_argument, "llama.cpp refused the context options: " + capture.last_error());
+        return fail(ErrorCode::invalid_argument,
+                    "llama.cpp refused the context options: " + capture.last_error());
     }
     state->ctx.reset(raw);
     state->can_trim = !info.is_recurrent && !info.is_hybrid;
     return Context(std::move(state));
 }
 
-const Model& Context::model() const { return state_->model; }
-int Context::n_ctx() const { return static_cast<int>(llama_n_ctx(state_->ctx.get())); }
-int Context::n_batch() const { return static_cast<int>(llama_n_batch(state_->ctx.get())); }
-const ContextOptions& Context::options() const { return state_->options; }
-void Context::clear() { state_->forget(); }
+const Model& Context::model() const {
+    return state_->model;
+}
+int Context::n_ctx() const {
+    return static_cast<int>(llama_n_ctx(state_->ctx.get()));
+}
+int Context::n_batch() const {
+    return static_cast<int>(llama_n_batch(state_->ctx.get()));
+}
+const ContextOptions& Context::options() const {
+    return state_->options;
+}
+void Context::clear() {
+    state_->forget();
+}
 
 }  // namespace llamapp

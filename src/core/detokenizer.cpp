@@ -12,7 +12,9 @@ std::size_t sequence_length(unsigned char lead) {
     return 0;
 }
 
-bool is_continuation(unsigned char b) { return (b & 0xC0) == 0x80; }
+bool is_continuation(unsigned char b) {
+    return (b & 0xC0) == 0x80;
+}
 
 }  // namespace
 

@@ -1,15 +1,20 @@
-#include "llamapp/backend.hpp"
 #include "ggml-backend.h"
+#include "llamapp/backend.hpp"
 
 namespace llamapp {
 
 std::string_view to_string(DeviceType type) {
     switch (type) {
-        case DeviceType::cpu: return "cpu";
-        case DeviceType::gpu: return "gpu";
-        case DeviceType::integrated_gpu: return "igpu";
-        case DeviceType::accelerator: return "accelerator";
-        case DeviceType::other: return "other";
+        case DeviceType::cpu:
+            return "cpu";
+        case DeviceType::gpu:
+            return "gpu";
+        case DeviceType::integrated_gpu:
+            return "igpu";
+        case DeviceType::accelerator:
+            return "accelerator";
+        case DeviceType::other:
+            return "other";
     }
     return "other";
 }
@@ -23,11 +28,21 @@ std::vector<DeviceInfo> list_devices() {
         info.name = ggml_backend_dev_name(dev);
         info.description = ggml_backend_dev_description(dev);
         switch (ggml_backend_dev_type(dev)) {
-            case GGML_BACKEND_DEVICE_TYPE_CPU: info.type = DeviceType::cpu; break;
-            case GGML_BACKEND_DEVICE_TYPE_GPU: info.type = DeviceType::gpu; break;
-            case GGML_BACKEND_DEVICE_TYPE_IGPU: info.type = DeviceType::integrated_gpu; break;
-            case GGML_BACKEND_DEVICE_TYPE_ACCEL: info.type = DeviceType::accelerator; break;
-            default: info.type = DeviceType::other; break;
+            case GGML_BACKEND_DEVICE_TYPE_CPU:
+                info.type = DeviceType::cpu;
+                break;
+            case GGML_BACKEND_DEVICE_TYPE_GPU:
+                info.type = DeviceType::gpu;
+                break;
+            case GGML_BACKEND_DEVICE_TYPE_IGPU:
+                info.type = DeviceType::integrated_gpu;
+                break;
+            case GGML_BACKEND_DEVICE_TYPE_ACCEL:
+                info.type = DeviceType::accelerator;
+                break;
+            default:
+                info.type = DeviceType::other;
+                break;
         }
         std::size_t free = 0, total = 0;
         ggml_backend_dev_memory(dev, &free, &total);

@@ -21,10 +21,11 @@ void normalize(std::vector<float>& v, Normalization how) {
 
 Result<void> require_embeddings(const detail::ContextState& s) {
     if (!s.options.embeddings) {
-        return fail(ErrorCode::unsupported_operation, "create the context with embeddings = true to embed",
-                    "embeddings");
+        return fail(ErrorCode::unsupported_operation,
+                    "create the context with embeddings = true to embed", "embeddings");
     }
-    if (s.busy) return fail(ErrorCode::unsupported_operation, "a generation is running on this context");
+    if (s.busy)
+        return fail(ErrorCode::unsupported_operation, "a generation is running on this context");
     return {};
 }
 
@@ -32,19 +33,21 @@ Result<void> require_embeddings(const detail::ContextState& s) {
 Result<void> run_batch(detail::ContextState& s, const llama_batch& batch) {
     const llama_model* m = s.model.state()->model.get();
     if (llama_model_has_encoder(m) && !llama_model_has_decoder(m)) {
-        if (llama_encode(s.ctx.get(), batch) != 0) return fail(ErrorCode::decode_failed, "llama_encode failed");
+        if (llama_encode(s.ctx.get(), batch) != 0)
+            return fail(ErrorCode::decode_failed, "llama_encode failed");
         return {};
     }
     return s.decode(batch, nullptr, std::chrono::steady_clock::time_point::max());
 }
 
 Result<std::vector<std::vector<Token>>> tokenize_all(const detail::ContextState& s,
-                                                      std::span<const std::string> texts,
-                                                      const EmbedOptions& options, int limit) {
+                                                     std::span<const std::string> texts,
+                                                     const EmbedOptions& options, int limit) {
     std::vector<std::vector<Token>> out;
     for (std::size_t i = 0; i < texts.size(); ++i) {
         if (texts[i].empty()) {
-            return fail(ErrorCode::invalid_argument, "embedding input is empty", fmt::format("input[{}]", i));
+            return fail(ErrorCode::invalid_argument, "embedding input is empty",
+                        fmt::format("input[{}]", i));
         }
         auto tokens = s.model.tokenizer().encode(texts[i], {.add_special = options.add_special});
         if (!tokens) return std::unexpected(tokens.error());
@@ -64,11 +67,12 @@ Result<std::vector<std::vector<float>>> Context::embed_batch(std::span<const std
     detail::ContextState& s = *state_;
     if (auto ok = require_embeddings(s); !ok) return std::unexpected(ok.error());
     if (llama_pooling_type(s.ctx.get()) == LLAMA_POOLING_TYPE_NONE) {
-        return fail(ErrorCode::unsupported_operation, "pooling is none: use embed_tokens for per-token vectors",
-                    "pooling");
+        return fail(ErrorCode::unsupported_operation,
+                    "pooling is none: use embed_tokens for per-token vectors", "pooling");
     }
     // Non-causal models need a whole sequence inside one ubatch.
-    const int limit = static_cast<int>(std::min(llama_n_batch(s.ctx.get()), llama_n_ubatch(s.ctx.get())));
+    const int limit =
+        static_cast<int>(std::min(llama_n_batch(s.ctx.get()), llama_n_ubatch(s.ctx.get())));
     auto tokenized = tokenize_all(s, texts, options, limit);
     if (!tokenized) return std::unexpected(tokenized.error());
 
@@ -86,7 +90,8 @@ Result<std::vector<std::vector<float>>> Context::embed_batch(std::span<const std
         while (next < tokenized->size() && seq < n_seq_max &&
                batch.batch.n_tokens + static_cast<int>((*tokenized)[next].size()) <= limit) {
             const auto& tokens = (*tokenized)[next];
-            for (std::size_t p = 0; p < tokens.size(); ++p) batch.add(tokens[p], static_cast<int>(p), seq, true);
+            for (std::size_t p = 0; p < tokens.size(); ++p)
+                batch.add(tokens[p], static_cast<int>(p), seq, true);
             ++seq;
             ++next;
         }
@@ -113,20 +118,24 @@ Result<std::vector<float>> Context::embed(std::string_view text, const EmbedOpti
     return std::move(all->front());
 }
 
-Result<std::vector<std::vector<float>>> Context::embed_tokens(std::string_view text, const EmbedOptions& options) {
+Result<std::vector<std::vector<float>>> Context::embed_tokens(std::string_view text,
+                                                              const EmbedOptions& options) {
     detail::ContextState& s = *state_;
     if (auto ok = require_embeddings(s); !ok) return std::unexpected(ok.error());
     if (llama_pooling_type(s.ctx.get()) != LLAMA_POOLING_TYPE_NONE) {
-        return fail(ErrorCode::unsupported_operation, "embed_tokens needs a context with pooling none", "pooling");
+        return fail(ErrorCode::unsupported_operation,
+                    "embed_tokens needs a context with pooling none", "pooling");
     }
-    const int limit = static_cast<int>(std::min(llama_n_batch(s.ctx.get()), llama_n_ubatch(s.ctx.get())));
+    const int limit =
+        static_cast<int>(std::min(llama_n_batch(s.ctx.get()), llama_n_ubatch(s.ctx.get())));
     std::string one(text);
     auto tokenized = tokenize_all(s, std::span<const std::string>(&one, 1), options, limit);
     if (!tokenized) return std::unexpected(tokenized.error());
     const auto& tokens = tokenized->front();
     s.forget();
     detail::LlamaBatch batch(limit);
-    for (std::size_t p = 0; p < tokens.size(); ++p) batch.add(tokens[p], static_cast<int>(p), 0, true);
+    for (std::size_t p = 0; p < tokens.size(); ++p)
+        batch.add(tokens[p], static_cast<int>(p), 0, true);
     if (auto ok = run_batch(s, batch.batch); !ok) {
         s.forget();
         return std::unexpected(ok.error());

@@ -2,12 +2,12 @@
 
 #include <openssl/evp.h>
 
-#include <vector>
 #include <fstream>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <tuple>
+#include <vector>
 
 namespace llamapp {
 namespace {
@@ -57,7 +57,8 @@ std::string sha256_hex(std::string_view bytes) {
 Result<std::string> file_sha256(const fs::path& path) {
     std::error_code ec;
     const fs::path canonical = fs::canonical(path, ec);
-    if (ec) return fail(ErrorCode::file_not_found, "cannot fingerprint a missing file", path.string());
+    if (ec)
+        return fail(ErrorCode::file_not_found, "cannot fingerprint a missing file", path.string());
     const auto size = fs::file_size(canonical, ec);
     if (ec) return fail(ErrorCode::io_error, "cannot read the file size", path.string());
     const auto mtime = fs::last_write_time(canonical, ec);
@@ -75,7 +76,8 @@ Result<std::string> file_sha256(const fs::path& path) {
     std::vector<char> buffer(1 << 20);
     while (in) {
         in.read(buffer.data(), buffer.size());
-        if (in.gcount() > 0) EVP_DigestUpdate(d.get(), buffer.data(), static_cast<size_t>(in.gcount()));
+        if (in.gcount() > 0)
+            EVP_DigestUpdate(d.get(), buffer.data(), static_cast<size_t>(in.gcount()));
     }
     if (in.bad()) return fail(ErrorCode::io_error, "reading the file failed", path.string());
     std::string hex = finish(d.get());

@@ -9,10 +9,14 @@ namespace llamapp {
 
 std::string_view to_string(FinishReason reason) {
     switch (reason) {
-        case FinishReason::stop: return "stop";
-        case FinishReason::length: return "length";
-        case FinishReason::cancelled: return "cancelled";
-        case FinishReason::error: return "error";
+        case FinishReason::stop:
+            return "stop";
+        case FinishReason::length:
+            return "length";
+        case FinishReason::cancelled:
+            return "cancelled";
+        case FinishReason::error:
+            return "error";
     }
     return "error";
 }
@@ -26,9 +30,11 @@ Result<void> GenerateOptions::validate() const {
         return fail(ErrorCode::invalid_argument, "top_logprobs must be between 0 and 20",
                     "top_logprobs=" + std::to_string(top_logprobs));
     }
-    if (timeout.count() < 0) return fail(ErrorCode::invalid_argument, "timeout must be >= 0", "timeout");
+    if (timeout.count() < 0)
+        return fail(ErrorCode::invalid_argument, "timeout must be >= 0", "timeout");
     for (const auto& s : stop) {
-        if (s.empty()) return fail(ErrorCode::invalid_argument, "stop strings must not be empty", "stop");
+        if (s.empty())
+            return fail(ErrorCode::invalid_argument, "stop strings must not be empty", "stop");
     }
     return sampling.validate();
 }
@@ -39,7 +45,8 @@ GenerationRun::GenerationRun(ContextState& state, const GenerateOptions& options
     : state_(state),
       options_(options),
       sampler_(std::move(sampler)),
-      detokenizer_(state.model.tokenizer()),
+      tokenizer_(state.model.tokenizer()),
+      detokenizer_(tokenizer_),
       stops_(options.stop),
       started_(Clock::now()) {
     if (options.timeout.count() > 0) deadline_ = started_ + options.timeout;
@@ -54,13 +61,16 @@ double GenerationRun::ms_since(Clock::time_point t) const {
     return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
 }
 
-Result<std::unique_ptr<GenerationRun>> GenerationRun::start(ContextState& state, std::vector<Token> prompt,
+Result<std::unique_ptr<GenerationRun>> GenerationRun::start(ContextState& state,
+                                                            std::vector<Token> prompt,
                                                             const GenerateOptions& options) {
     if (state.busy) {
-        return fail(ErrorCode::unsupported_operation, "another generation is still running on this context");
+        return fail(ErrorCode::unsupported_operation,
+                    "another generation is still running on this context");
     }
     if (state.options.embeddings) {
-        return fail(ErrorCode::unsupported_operation, "this context was created for embeddings", "embeddings");
+        return fail(ErrorCode::unsupported_operation, "this context was created for embeddings",
+                    "embeddings");
     }
     if (auto ok = options.validate(); !ok) return std::unexpected(ok.error());
     if (prompt.empty()) return fail(ErrorCode::invalid_argument, "prompt is empty", "prompt");
@@ -169,23 +179,27 @@ bool GenerationRun::next(StreamPiece& piece) {
         return next(piece);
     }
     if (Clock::now() > deadline_) {
-        finish(FinishReason::cancelled, Error{ErrorCode::timeout, "generation deadline passed", {}});
+        finish(FinishReason::cancelled,
+               Error{ErrorCode::timeout, "generation deadline passed", {}});
         return next(piece);
     }
     if (to_decode_) {
-        LlamaBatch batch(1);
         const auto pos = static_cast<int>(s.cached.size());
-        batch.add(*to_decode_, pos, 0, true);
+        single_.clear();
+        single_.add(*to_decode_, pos, 0, true);
         const auto t0 = Clock::now();
-        auto ok = s.decode(batch.batch, &options_.cancel, deadline_);
+        auto ok = s.decode(single_.batch, &options_.cancel, deadline_);
         decode_ms_ += ms_since(t0);
         ++decode_calls_;
         if (!ok) {
-            if (s.can_trim) llama_memory_seq_rm(s.memory(), 0, pos, -1);
-            else s.forget();
+            if (s.can_trim)
+                llama_memory_seq_rm(s.memory(), 0, pos, -1);
+            else
+                s.forget();
             const ErrorCode code = ok.error().code;
-            finish(code == ErrorCode::cancelled || code == ErrorCode::timeout ? FinishReason::cancelled
-                                                                              : FinishReason::error,
+            finish(code == ErrorCode::cancelled || code == ErrorCode::timeout
+                       ? FinishReason::cancelled
+                       : FinishReason::error,
                    code == ErrorCode::cancelled ? std::nullopt : std::optional<Error>(ok.error()));
             return next(piece);
         }
@@ -201,18 +215,16 @@ bool GenerationRun::next(StreamPiece& piece) {
     }
     piece.token = token;
     if (options_.logprobs || options_.top_logprobs > 0) {
-        const int n_vocab = s.model.tokenizer().vocab_size();
-        TokenLogprobs lp = logprobs_from_logits(llama_get_logits_ith(s.ctx.get(), logits_index_), n_vocab,
-                                                token, options_.top_logprobs);
-        const Tokenizer tok = s.model.tokenizer();
-        lp.chosen.piece = tok.piece(token, false).value_or("");
-        for (auto& alt : lp.top) alt.piece = tok.piece(alt.token, false).value_or("");
+        TokenLogprobs lp =
+            logprobs_from_logits(llama_get_logits_ith(s.ctx.get(), logits_index_),
+                                 tokenizer_.vocab_size(), token, options_.top_logprobs);
+        lp.chosen.piece = tokenizer_.piece(token, false).value_or("");
+        for (auto& alt : lp.top) alt.piece = tokenizer_.piece(alt.token, false).value_or("");
         result_.logprobs.push_back(lp);
         piece.logprobs = std::move(lp);
     }
 
-    const Tokenizer tokenizer = s.model.tokenizer();
-    if (tokenizer.is_end_of_generation(token) && !options_.ignore_eos) {
+    if (tokenizer_.is_end_of_generation(token) && !options_.ignore_eos) {
         finish(FinishReason::stop);
         piece.text.swap(trailing_);
         return true;
@@ -228,7 +240,8 @@ bool GenerationRun::next(StreamPiece& piece) {
         finish(FinishReason::stop);
         return true;
     }
-    const bool at_max = options_.max_tokens > 0 && result_.usage.completion_tokens >= options_.max_tokens;
+    const bool at_max =
+        options_.max_tokens > 0 && result_.usage.completion_tokens >= options_.max_tokens;
     const bool ctx_full = s.cached.size() + 1 >= llama_n_ctx(s.ctx.get());
     if (at_max || ctx_full) {
         // The last token is not fed back: its KV is not needed unless generation continues.
@@ -247,12 +260,17 @@ TokenStream::TokenStream(std::unique_ptr<detail::GenerationRun> run) : run_(std:
 TokenStream::TokenStream(TokenStream&&) noexcept = default;
 TokenStream& TokenStream::operator=(TokenStream&&) noexcept = default;
 TokenStream::~TokenStream() = default;
-bool TokenStream::next(StreamPiece& piece) { return run_->next(piece); }
-const Generation& TokenStream::result() const { return run_->result(); }
+bool TokenStream::next(StreamPiece& piece) {
+    return run_->next(piece);
+}
+const Generation& TokenStream::result() const {
+    return run_->result();
+}
 
 namespace {
 
-Result<std::vector<Token>> tokenize_prompt(const Context& ctx, std::string_view prompt, const GenerateOptions& o) {
+Result<std::vector<Token>> tokenize_prompt(const Context& ctx, std::string_view prompt,
+                                           const GenerateOptions& o) {
     if (prompt.empty()) return fail(ErrorCode::invalid_argument, "prompt is empty", "prompt");
     return ctx.model().tokenizer().encode(prompt, o.tokenize);
 }
@@ -288,7 +306,8 @@ Result<Generation> Context::stream(std::string_view prompt, const GenerateOption
     return stream(std::span<const Token>(*tokens), options, on_piece);
 }
 
-Result<Generation> Context::generate(std::span<const Token> prompt, const GenerateOptions& options) {
+Result<Generation> Context::generate(std::span<const Token> prompt,
+                                     const GenerateOptions& options) {
     return stream(prompt, options, PieceCallback{});
 }
 

@@ -14,9 +14,10 @@
 namespace llamapp::detail {
 
 class GenerationRun {
-public:
+  public:
     // Validates, builds the sampler, reuses the cached prefix and prefills the prompt.
-    static Result<std::unique_ptr<GenerationRun>> start(ContextState& state, std::vector<Token> prompt,
+    static Result<std::unique_ptr<GenerationRun>> start(ContextState& state,
+                                                        std::vector<Token> prompt,
                                                         const GenerateOptions& options);
     ~GenerationRun();
 
@@ -25,7 +26,7 @@ public:
     void cancel() { finish(FinishReason::cancelled); }
     const Generation& result() const { return result_; }
 
-private:
+  private:
     using Clock = std::chrono::steady_clock;
     GenerationRun(ContextState& state, const GenerateOptions& options, Sampler sampler);
     Result<void> prefill(const std::vector<Token>& prompt);
@@ -35,13 +36,15 @@ private:
     ContextState& state_;
     GenerateOptions options_;
     Sampler sampler_;
+    Tokenizer tokenizer_;
     Detokenizer detokenizer_;
+    LlamaBatch single_{1};  // reused for every one-token decode
     StopMatcher stops_;
     Generation result_;
     Clock::time_point started_;
     Clock::time_point deadline_ = Clock::time_point::max();
     Clock::time_point first_token_at_{};
-    int logits_index_ = -1;        // output index holding the logits to sample from
+    int logits_index_ = -1;           // output index holding the logits to sample from
     std::optional<Token> to_decode_;  // sampled but not yet fed back into the model
     int decode_calls_ = 0;
     double decode_ms_ = 0;

@@ -18,10 +18,12 @@ Result<GgufSummary> probe_gguf(const fs::path& path) {
         return fail(ErrorCode::file_not_found, "model file does not exist", path.string());
     }
     if (fs::is_directory(status)) {
-        return fail(ErrorCode::is_directory, "model path is a directory, not a file", path.string());
+        return fail(ErrorCode::is_directory, "model path is a directory, not a file",
+                    path.string());
     }
     if (!fs::is_regular_file(status)) {
-        return fail(ErrorCode::invalid_model_file, "model path is not a regular file", path.string());
+        return fail(ErrorCode::invalid_model_file, "model path is not a regular file",
+                    path.string());
     }
     GgufSummary summary;
     summary.file_size = fs::file_size(path, ec);
@@ -33,9 +35,10 @@ Result<GgufSummary> probe_gguf(const fs::path& path) {
         char magic[4] = {};
         in.read(magic, sizeof magic);
         if (in.gcount() != 4 || std::memcmp(magic, "GGUF", 4) != 0) {
-            return fail(ErrorCode::invalid_model_file,
-                        summary.file_size == 0 ? "model file is empty" : "not a GGUF file (bad magic)",
-                        path.string());
+            return fail(
+                ErrorCode::invalid_model_file,
+                summary.file_size == 0 ? "model file is empty" : "not a GGUF file (bad magic)",
+                path.string());
         }
     }
 
@@ -44,9 +47,10 @@ Result<GgufSummary> probe_gguf(const fs::path& path) {
     gguf_context* ctx = gguf_init_from_file(path.c_str(), params);
     if (!ctx) {
         std::string why = capture.last_error();
-        return fail(ErrorCode::invalid_model_file,
-                    why.empty() ? "GGUF header is corrupt or truncated" : "GGUF header is invalid: " + why,
-                    path.string());
+        return fail(
+            ErrorCode::invalid_model_file,
+            why.empty() ? "GGUF header is corrupt or truncated" : "GGUF header is invalid: " + why,
+            path.string());
     }
     struct Free {
         gguf_context* c;

@@ -47,13 +47,14 @@ Result<std::string> json_schema_to_gbnf(std::string_view schema_json) {
                     "json_schema");
     }
     if (auto bad = untranslatable_pattern(schema)) {
-        return fail(ErrorCode::invalid_json_schema, "patterns must be anchored with ^ and $ to be enforced",
-                    "pattern=" + *bad);
+        return fail(ErrorCode::invalid_json_schema,
+                    "patterns must be anchored with ^ and $ to be enforced", "pattern=" + *bad);
     }
     try {
         std::string gbnf = json_schema_to_grammar(schema, /*force_gbnf=*/true);
         if (gbnf.empty()) {
-            return fail(ErrorCode::invalid_json_schema, "JSON schema produced an empty grammar", "json_schema");
+            return fail(ErrorCode::invalid_json_schema, "JSON schema produced an empty grammar",
+                        "json_schema");
         }
         return gbnf;
     } catch (const std::exception& e) {
@@ -76,13 +77,15 @@ Result<void> validate_gbnf(std::string_view grammar) {
     try {
         sampler = llama_sampler_init_grammar(nullptr, text.c_str(), "root");
     } catch (const std::exception& e) {
-        return fail(ErrorCode::invalid_grammar, std::string("grammar does not parse: ") + e.what(), "grammar");
+        return fail(ErrorCode::invalid_grammar, std::string("grammar does not parse: ") + e.what(),
+                    "grammar");
     }
     if (!sampler) {
         std::string why = capture.errors();
         while (!why.empty() && (why.back() == '\n' || why.back() == ' ')) why.pop_back();
         return fail(ErrorCode::invalid_grammar,
-                    why.empty() ? "grammar does not parse" : "grammar does not parse: " + why, "grammar");
+                    why.empty() ? "grammar does not parse" : "grammar does not parse: " + why,
+                    "grammar");
     }
     llama_sampler_free(sampler);
     return {};

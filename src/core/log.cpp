@@ -29,11 +29,16 @@ spdlog::logger& stderr_logger() {
 
 spdlog::level::level_enum to_spdlog(LogLevel level) {
     switch (level) {
-        case LogLevel::debug: return spdlog::level::debug;
-        case LogLevel::info: return spdlog::level::info;
-        case LogLevel::warning: return spdlog::level::warn;
-        case LogLevel::error: return spdlog::level::err;
-        case LogLevel::none: return spdlog::level::off;
+        case LogLevel::debug:
+            return spdlog::level::debug;
+        case LogLevel::info:
+            return spdlog::level::info;
+        case LogLevel::warning:
+            return spdlog::level::warn;
+        case LogLevel::error:
+            return spdlog::level::err;
+        case LogLevel::none:
+            return spdlog::level::off;
     }
     return spdlog::level::info;
 }
@@ -46,12 +51,21 @@ thread_local LogLevel t_partial_level = LogLevel::info;
 void llama_log_callback(ggml_log_level level, const char* text, void*) {
     LogLevel ours = t_partial_level;
     switch (level) {
-        case GGML_LOG_LEVEL_DEBUG: ours = LogLevel::debug; break;
-        case GGML_LOG_LEVEL_INFO: ours = LogLevel::info; break;
-        case GGML_LOG_LEVEL_WARN: ours = LogLevel::warning; break;
-        case GGML_LOG_LEVEL_ERROR: ours = LogLevel::error; break;
+        case GGML_LOG_LEVEL_DEBUG:
+            ours = LogLevel::debug;
+            break;
+        case GGML_LOG_LEVEL_INFO:
+            ours = LogLevel::info;
+            break;
+        case GGML_LOG_LEVEL_WARN:
+            ours = LogLevel::warning;
+            break;
+        case GGML_LOG_LEVEL_ERROR:
+            ours = LogLevel::error;
+            break;
         case GGML_LOG_LEVEL_NONE:
-        case GGML_LOG_LEVEL_CONT: break;
+        case GGML_LOG_LEVEL_CONT:
+            break;
     }
     t_partial_level = ours;
     t_partial += text ? text : "";
@@ -67,8 +81,12 @@ void llama_log_callback(ggml_log_level level, const char* text, void*) {
 
 }  // namespace
 
-void set_log_level(LogLevel level) { g_level.store(level, std::memory_order_relaxed); }
-LogLevel log_level() { return g_level.load(std::memory_order_relaxed); }
+void set_log_level(LogLevel level) {
+    g_level.store(level, std::memory_order_relaxed);
+}
+LogLevel log_level() {
+    return g_level.load(std::memory_order_relaxed);
+}
 
 void set_log_sink(LogSink sink) {
     std::lock_guard lock(g_sink_mutex);
@@ -76,12 +94,18 @@ void set_log_sink(LogSink sink) {
 }
 
 bool parse_log_level(std::string_view name, LogLevel& out) {
-    if (name == "debug") out = LogLevel::debug;
-    else if (name == "info") out = LogLevel::info;
-    else if (name == "warning" || name == "warn") out = LogLevel::warning;
-    else if (name == "error") out = LogLevel::error;
-    else if (name == "none") out = LogLevel::none;
-    else return false;
+    if (name == "debug")
+        out = LogLevel::debug;
+    else if (name == "info")
+        out = LogLevel::info;
+    else if (name == "warning" || name == "warn")
+        out = LogLevel::warning;
+    else if (name == "error")
+        out = LogLevel::error;
+    else if (name == "none")
+        out = LogLevel::none;
+    else
+        return false;
     return true;
 }
 
@@ -106,8 +130,12 @@ void capture_line(LogLevel level, std::string_view line) {
     if (level == LogLevel::error) capture->last_error_ = std::string(line);
 }
 
-LogCapture::LogCapture() : previous_(t_capture) { t_capture = this; }
-LogCapture::~LogCapture() { t_capture = previous_; }
+LogCapture::LogCapture() : previous_(t_capture) {
+    t_capture = this;
+}
+LogCapture::~LogCapture() {
+    t_capture = previous_;
+}
 
 std::string LogCapture::last_error() const {
     std::string s = last_error_;

@@ -23,16 +23,16 @@ void capture_line(LogLevel level, std::string_view line);
 // While alive on a thread, llama.cpp warning and error lines logged by that thread are also
 // collected, so a failed llama.cpp call can be turned into a specific error message.
 class LogCapture {
-public:
+  public:
     LogCapture();
     ~LogCapture();
     LogCapture(const LogCapture&) = delete;
     LogCapture& operator=(const LogCapture&) = delete;
 
     const std::string& errors() const { return errors_; }  // error and warning lines, joined
-    std::string last_error() const;                          // the last error line, trimmed
+    std::string last_error() const;                        // the last error line, trimmed
 
-private:
+  private:
     friend void capture_line(LogLevel level, std::string_view line);
     std::string errors_;
     std::string last_error_;

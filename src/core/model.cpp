@@ -21,11 +21,13 @@ Result<void> validate(const ModelOptions& o) {
     const std::size_t n_offload = offload_device_count();
     if (o.main_gpu < 0 || (n_offload > 0 && static_cast<std::size_t>(o.main_gpu) >= n_offload) ||
         (n_offload == 0 && o.main_gpu != 0)) {
-        return fail(ErrorCode::invalid_argument, "main_gpu is not a valid device index",
-                    "main_gpu=" + std::to_string(o.main_gpu) + ", devices=" + std::to_string(n_offload));
+        return fail(
+            ErrorCode::invalid_argument, "main_gpu is not a valid device index",
+            "main_gpu=" + std::to_string(o.main_gpu) + ", devices=" + std::to_string(n_offload));
     }
     if (o.tensor_split.size() > n_offload || o.tensor_split.size() > llama_max_devices()) {
-        return fail(ErrorCode::invalid_argument, "tensor_split has more entries than offload devices",
+        return fail(ErrorCode::invalid_argument,
+                    "tensor_split has more entries than offload devices",
                     "tensor_split size=" + std::to_string(o.tensor_split.size()) +
                         ", devices=" + std::to_string(n_offload));
     }
@@ -36,16 +38,20 @@ Result<void> validate(const ModelOptions& o) {
         }
     }
     if (o.use_mlock && !llama_supports_mlock()) {
-        return fail(ErrorCode::invalid_argument, "use_mlock is not supported on this system", "use_mlock");
+        return fail(ErrorCode::invalid_argument, "use_mlock is not supported on this system",
+                    "use_mlock");
     }
     return {};
 }
 
 llama_split_mode to_llama(SplitMode m) {
     switch (m) {
-        case SplitMode::none: return LLAMA_SPLIT_MODE_NONE;
-        case SplitMode::layer: return LLAMA_SPLIT_MODE_LAYER;
-        case SplitMode::row: return LLAMA_SPLIT_MODE_ROW;
+        case SplitMode::none:
+            return LLAMA_SPLIT_MODE_NONE;
+        case SplitMode::layer:
+            return LLAMA_SPLIT_MODE_LAYER;
+        case SplitMode::row:
+            return LLAMA_SPLIT_MODE_ROW;
     }
     return LLAMA_SPLIT_MODE_LAYER;
 }
@@ -78,8 +84,9 @@ std::string meta_string(const llama_model* model, const char* key) {
     return n >= 0 ? std::string(buf, std::min<std::size_t>(n, sizeof buf - 1)) : std::string();
 }
 
-ModelInfo introspect(const llama_model* model, const llama_vocab* vocab, const std::filesystem::path& path,
-                     const detail::GgufSummary& summary, bool vocab_only) {
+ModelInfo introspect(const llama_model* model, const llama_vocab* vocab,
+                     const std::filesystem::path& path, const detail::GgufSummary& summary,
+                     bool vocab_only) {
     ModelInfo info;
     info.path = path;
     info.file_size = summary.file_size;
@@ -168,24 +175,29 @@ Result<Model> Model::load(const std::filesystem::path& path, const ModelOptions&
     try {
         raw = llama_model_load_from_file(path.c_str(), params);
     } catch (const std::exception& e) {
-        return fail(ErrorCode::invalid_model_file, std::string("llama.cpp failed to load the model: ") + e.what(),
-                    path.string());
+        return fail(ErrorCode::invalid_model_file,
+                    std::string("llama.cpp failed to load the model: ") + e.what(), path.string());
     }
     if (!raw) {
         if (progress.cancelled) {
-            return fail(ErrorCode::load_cancelled, "model load cancelled by the progress callback", path.string());
+            return fail(ErrorCode::load_cancelled, "model load cancelled by the progress callback",
+                        path.string());
         }
         const std::string why = capture.errors();
         if (why.find("unknown model architecture") != std::string::npos) {
             return fail(ErrorCode::unsupported_model,
-                        "unsupported model architecture '" + summary->architecture + "'", path.string());
+                        "unsupported model architecture '" + summary->architecture + "'",
+                        path.string());
         }
-        if (why.find("alloc") != std::string::npos || why.find("out of memory") != std::string::npos) {
-            return fail(ErrorCode::out_of_memory, "not enough memory to load the model", path.string());
+        if (why.find("alloc") != std::string::npos ||
+            why.find("out of memory") != std::string::npos) {
+            return fail(ErrorCode::out_of_memory, "not enough memory to load the model",
+                        path.string());
         }
         std::string last = capture.last_error();
         return fail(ErrorCode::invalid_model_file,
-                    last.empty() ? "llama.cpp could not load the model" : "llama.cpp could not load the model: " + last,
+                    last.empty() ? "llama.cpp could not load the model"
+                                 : "llama.cpp could not load the model: " + last,
                     path.string());
     }
     auto state = std::make_shared<detail::ModelState>();
@@ -197,19 +209,27 @@ Result<Model> Model::load(const std::filesystem::path& path, const ModelOptions&
                     summary->architecture);
     }
     if (llama_model_is_diffusion(raw)) {
-        return fail(ErrorCode::unsupported_model, "diffusion models are not supported", summary->architecture);
+        return fail(ErrorCode::unsupported_model, "diffusion models are not supported",
+                    summary->architecture);
     }
     state->info = introspect(raw, state->vocab, path, *summary, options.vocab_only);
     if (options.progress && !options.progress(1.0f)) {
-        return fail(ErrorCode::load_cancelled, "model load cancelled by the progress callback", path.string());
+        return fail(ErrorCode::load_cancelled, "model load cancelled by the progress callback",
+                    path.string());
     }
     return Model(std::move(state));
 }
 
-const ModelInfo& Model::info() const { return state_->info; }
+const ModelInfo& Model::info() const {
+    return state_->info;
+}
 
-Tokenizer Model::tokenizer() const { return Tokenizer(state_); }
+Tokenizer Model::tokenizer() const {
+    return Tokenizer(state_);
+}
 
-Result<std::string> Model::fingerprint() const { return file_sha256(state_->info.path); }
+Result<std::string> Model::fingerprint() const {
+    return file_sha256(state_->info.path);
+}
 
 }  // namespace llamapp

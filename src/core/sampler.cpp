@@ -25,34 +25,42 @@ Result<void> check(bool ok, const char* option, const std::string& why) {
 Result<void> SamplingParams::validate() const {
     auto finite = [](float v) { return std::isfinite(v); };
     Result<void> r;
-    if (!(r = check(finite(temperature) && temperature >= 0, "temperature", "must be finite and >= 0"))) return r;
+    if (!(r = check(finite(temperature) && temperature >= 0, "temperature",
+                    "must be finite and >= 0")))
+        return r;
     if (!(r = check(top_k >= 0, "top_k", "must be >= 0"))) return r;
-    if (!(r = check(finite(top_p) && top_p > 0 && top_p <= 1, "top_p", "must be in (0, 1]"))) return r;
-    if (!(r = check(finite(min_p) && min_p >= 0 && min_p <= 1, "min_p", "must be in [0, 1]"))) return r;
-    if (!(r = check(finite(typical_p) && typical_p > 0 && typical_p <= 1, "typical_p", "must be in (0, 1]")))
+    if (!(r = check(finite(top_p) && top_p > 0 && top_p <= 1, "top_p", "must be in (0, 1]")))
+        return r;
+    if (!(r = check(finite(min_p) && min_p >= 0 && min_p <= 1, "min_p", "must be in [0, 1]")))
+        return r;
+    if (!(r = check(finite(typical_p) && typical_p > 0 && typical_p <= 1, "typical_p",
+                    "must be in (0, 1]")))
         return r;
     if (!(r = check(finite(repeat_penalty) && repeat_penalty > 0 && repeat_penalty <= 100,
                     "repeat_penalty", "must be in (0, 100]")))
         return r;
-    if (!(r = check(finite(frequency_penalty) && std::fabs(frequency_penalty) <= 100, "frequency_penalty",
-                    "must be in [-100, 100]")))
+    if (!(r = check(finite(frequency_penalty) && std::fabs(frequency_penalty) <= 100,
+                    "frequency_penalty", "must be in [-100, 100]")))
         return r;
-    if (!(r = check(finite(presence_penalty) && std::fabs(presence_penalty) <= 100, "presence_penalty",
-                    "must be in [-100, 100]")))
+    if (!(r = check(finite(presence_penalty) && std::fabs(presence_penalty) <= 100,
+                    "presence_penalty", "must be in [-100, 100]")))
         return r;
     if (!(r = check(penalty_last_n >= -1, "penalty_last_n", "must be >= -1"))) return r;
-    if (!(r = check(finite(dry_multiplier) && dry_multiplier >= 0, "dry_multiplier", "must be >= 0"))) return r;
+    if (!(r = check(finite(dry_multiplier) && dry_multiplier >= 0, "dry_multiplier",
+                    "must be >= 0")))
+        return r;
     if (!(r = check(finite(dry_base) && dry_base >= 1, "dry_base", "must be >= 1"))) return r;
     if (!(r = check(dry_allowed_length >= 0, "dry_allowed_length", "must be >= 0"))) return r;
     if (!(r = check(dry_penalty_last_n >= -1, "dry_penalty_last_n", "must be >= -1"))) return r;
     if (!(r = check(finite(xtc_probability) && xtc_probability >= 0 && xtc_probability <= 1,
                     "xtc_probability", "must be in [0, 1]")))
         return r;
-    if (!(r = check(finite(xtc_threshold) && xtc_threshold >= 0 && xtc_threshold <= 1, "xtc_threshold",
-                    "must be in [0, 1]")))
+    if (!(r = check(finite(xtc_threshold) && xtc_threshold >= 0 && xtc_threshold <= 1,
+                    "xtc_threshold", "must be in [0, 1]")))
         return r;
     if (!(r = check(mirostat >= 0 && mirostat <= 2, "mirostat", "must be 0, 1 or 2"))) return r;
-    if (!(r = check(finite(mirostat_tau) && mirostat_tau > 0, "mirostat_tau", "must be > 0"))) return r;
+    if (!(r = check(finite(mirostat_tau) && mirostat_tau > 0, "mirostat_tau", "must be > 0")))
+        return r;
     if (!(r = check(finite(mirostat_eta) && mirostat_eta > 0 && mirostat_eta <= 1, "mirostat_eta",
                     "must be in (0, 1]")))
         return r;
@@ -62,14 +70,17 @@ Result<void> SamplingParams::validate() const {
             return r;
     }
     if (!grammar.empty() && !json_schema.empty()) {
-        return fail(ErrorCode::invalid_argument, "grammar and json_schema are mutually exclusive", "grammar");
+        return fail(ErrorCode::invalid_argument, "grammar and json_schema are mutually exclusive",
+                    "grammar");
     }
     return {};
 }
 
 namespace detail {
 
-void Sampler::Deleter::operator()(common_sampler* s) const { common_sampler_free(s); }
+void Sampler::Deleter::operator()(common_sampler* s) const {
+    common_sampler_free(s);
+}
 Sampler::Sampler(Sampler&&) noexcept = default;
 Sampler& Sampler::operator=(Sampler&&) noexcept = default;
 Sampler::~Sampler() = default;

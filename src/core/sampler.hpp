@@ -16,9 +16,10 @@ namespace llamapp::detail {
 struct ModelState;
 
 class Sampler {
-public:
+  public:
     // Validates parameters against the model (token ids, grammar, schema) and builds the chain.
-    static Result<Sampler> create(const ModelState& model, const SamplingParams& params, bool ignore_eos);
+    static Result<Sampler> create(const ModelState& model, const SamplingParams& params,
+                                  bool ignore_eos);
 
     Sampler(Sampler&&) noexcept;
     Sampler& operator=(Sampler&&) noexcept;
@@ -29,7 +30,7 @@ public:
     // Samples from the logits of output `index` of the last decode and accepts the token once.
     Token sample_and_accept(llama_context* ctx, int index);
 
-private:
+  private:
     struct Deleter {
         void operator()(common_sampler* s) const;
     };

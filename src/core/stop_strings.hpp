@@ -8,7 +8,7 @@
 namespace llamapp::detail {
 
 class StopMatcher {
-public:
+  public:
     explicit StopMatcher(std::vector<std::string> stops);
 
     struct Step {
@@ -20,7 +20,7 @@ public:
     Step feed(std::string_view text);
     std::string flush();  // what is held back, at the end of generation
 
-private:
+  private:
     std::vector<std::string> stops_;
     std::string held_;
 };

@@ -19,7 +19,8 @@ Result<std::vector<Token>> Tokenizer::encode(std::string_view text, TokenizeOpti
     if (n < 0) {
         tokens.resize(static_cast<std::size_t>(-n));
         n = llama_tokenize(model_->vocab, text.data(), n_text, tokens.data(),
-                           static_cast<int32_t>(tokens.size()), options.add_special, options.parse_special);
+                           static_cast<int32_t>(tokens.size()), options.add_special,
+                           options.parse_special);
     }
     if (n < 0) return fail(ErrorCode::internal, "tokenization failed");
     tokens.resize(static_cast<std::size_t>(n));
@@ -52,7 +53,8 @@ Result<std::string> Tokenizer::decode(std::span<const Token> tokens, bool render
 
 Result<std::string> Tokenizer::piece(Token token, bool render_special) const {
     if (!is_valid(token)) {
-        return fail(ErrorCode::invalid_argument, "token id out of range", "token=" + std::to_string(token));
+        return fail(ErrorCode::invalid_argument, "token id out of range",
+                    "token=" + std::to_string(token));
     }
     char buf[128];
     int32_t n = llama_token_to_piece(model_->vocab, token, buf, sizeof buf, 0, render_special);
@@ -65,7 +67,9 @@ Result<std::string> Tokenizer::piece(Token token, bool render_special) const {
     return big;
 }
 
-int Tokenizer::vocab_size() const { return llama_vocab_n_tokens(model_->vocab); }
+int Tokenizer::vocab_size() const {
+    return llama_vocab_n_tokens(model_->vocab);
+}
 
 bool Tokenizer::is_end_of_generation(Token token) const {
     return is_valid(token) && llama_vocab_is_eog(model_->vocab, token);

@@ -90,8 +90,10 @@ TEST(Cli, InfoTokenizeEmbedDevices) {
     CliRun table = run("info -m " + stories, false);
     EXPECT_NE(table.out.find("architecture       llama"), std::string::npos) << table.out;
 
-    CliRun tok = run("tokenize -m " + llamapp::test::shared_model("vocab/ggml-vocab-llama-spm.gguf").string() +
-                  " -p 'Hello world' --ids --no-add-special", false);
+    CliRun tok = run("tokenize -m " +
+                         llamapp::test::shared_model("vocab/ggml-vocab-llama-spm.gguf").string() +
+                         " -p 'Hello world' --ids --no-add-special",
+                     false);
     ASSERT_EQ(tok.status, 0) << tok.out;
     EXPECT_EQ(nlohmann::json::parse(tok.out), nlohmann::json::parse("[15043, 3186]"));
 

@@ -40,16 +40,20 @@ TEST(Embedding, VectorHasOutputLengthAndUnitNorm) {
 
 TEST(Embedding, BatchEqualsOneByOne) {
     Context ctx = embedding_context(Pooling::mean, 2);
-    const std::vector<std::string> texts = {"a red ball", "Lily went to the park", "the sun", "big dog"};
+    const std::vector<std::string> texts = {"a red ball", "Lily went to the park", "the sun",
+                                            "big dog"};
     auto batch = ctx.embed_batch(texts);
     ASSERT_TRUE(batch) << batch.error().describe();
     ASSERT_EQ(batch->size(), texts.size());
     for (std::size_t i = 0; i < texts.size(); ++i) {
         auto one = ctx.embed(texts[i]);
         ASSERT_TRUE(one);
-        for (std::size_t k = 0; k < one->size(); ++k) EXPECT_NEAR((*batch)[i][k], (*one)[k], 1e-4) << i;
+        for (std::size_t k = 0; k < one->size(); ++k)
+            EXPECT_NEAR((*batch)[i][k], (*one)[k], 1e-4) << i;
     }
-    EXPECT_GT(std::fabs((*batch)[0][0] - (*batch)[1][0]) + std::fabs((*batch)[0][1] - (*batch)[1][1]), 1e-6);
+    EXPECT_GT(
+        std::fabs((*batch)[0][0] - (*batch)[1][0]) + std::fabs((*batch)[0][1] - (*batch)[1][1]),
+        1e-6);
 }
 
 TEST(Embedding, PoolingModesDiffer) {
@@ -70,7 +74,8 @@ TEST(Embedding, PoolingModesDiffer) {
     auto n_tokens = test::stories_model().tokenizer().encode(text);
     EXPECT_EQ(per_token->size(), n_tokens->size());
     // Last-token pooling equals the last per-token vector.
-    for (std::size_t k = 0; k < last->size(); ++k) EXPECT_NEAR(per_token->back()[k], (*last)[k], 1e-4);
+    for (std::size_t k = 0; k < last->size(); ++k)
+        EXPECT_NEAR(per_token->back()[k], (*last)[k], 1e-4);
 }
 
 TEST(Embedding, WrongContextKindOrInputIsAnError) {

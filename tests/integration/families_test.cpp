@@ -14,7 +14,7 @@ struct Family {
 };
 
 class Families : public ::testing::TestWithParam<Family> {
-protected:
+  protected:
     Model load() {
         set_log_level(LogLevel::none);
         auto m = Model::load(test::generated_model(GetParam().file));

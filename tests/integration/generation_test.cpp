@@ -14,7 +14,9 @@ namespace {
 
 const char* const kPrompt = "Once upon a time";
 
-ErrorCode error_of(const Result<Generation>& r) { return r ? ErrorCode::internal : r.error().code; }
+ErrorCode error_of(const Result<Generation>& r) {
+    return r ? ErrorCode::internal : r.error().code;
+}
 
 }  // namespace
 
@@ -113,7 +115,8 @@ TEST(Generation, CancelFromAnotherThreadStopsAnEndlessRun) {
     auto r = ctx.generate(kPrompt, o);
     canceller.join();
     ASSERT_TRUE(r);
-    EXPECT_TRUE(r->finish_reason == FinishReason::cancelled || r->finish_reason == FinishReason::length);
+    EXPECT_TRUE(r->finish_reason == FinishReason::cancelled ||
+                r->finish_reason == FinishReason::length);
     // The context is usable afterwards and reuses what was computed.
     auto again = ctx.generate(kPrompt, greedy(5));
     ASSERT_TRUE(again);
@@ -139,7 +142,8 @@ TEST(Generation, DeadlineEndsGeneration) {
 TEST(Generation, BadRequestsAreTypedErrors) {
     Context ctx = test::stories_context(64);
     EXPECT_EQ(error_of(ctx.generate("", greedy(5))), ErrorCode::invalid_argument);
-    EXPECT_EQ(error_of(ctx.generate(std::span<const Token>{}, greedy(5))), ErrorCode::invalid_argument);
+    EXPECT_EQ(error_of(ctx.generate(std::span<const Token>{}, greedy(5))),
+              ErrorCode::invalid_argument);
     EXPECT_EQ(error_of(ctx.generate(kPrompt, greedy(0))), ErrorCode::invalid_argument);
     std::string long_prompt;
     for (int i = 0; i < 100; ++i) long_prompt += "Once upon a time ";
@@ -263,12 +267,23 @@ TEST(Generation, SeededSamplingIsReproducible) {
 TEST(Generation, EverySamplerRuns) {
     Context ctx = test::stories_context();
     std::vector<void (*)(SamplingParams&)> variants = {
-        [](SamplingParams& p) { p.repeat_penalty = 1.3f; p.frequency_penalty = 0.5f; p.presence_penalty = 0.5f; },
+        [](SamplingParams& p) {
+            p.repeat_penalty = 1.3f;
+            p.frequency_penalty = 0.5f;
+            p.presence_penalty = 0.5f;
+        },
         [](SamplingParams& p) { p.dry_multiplier = 0.8f; },
-        [](SamplingParams& p) { p.xtc_probability = 0.5f; p.xtc_threshold = 0.1f; },
+        [](SamplingParams& p) {
+            p.xtc_probability = 0.5f;
+            p.xtc_threshold = 0.1f;
+        },
         [](SamplingParams& p) { p.mirostat = 1; },
         [](SamplingParams& p) { p.mirostat = 2; },
-        [](SamplingParams& p) { p.typical_p = 0.9f; p.min_p = 0.1f; p.top_k = 0; },
+        [](SamplingParams& p) {
+            p.typical_p = 0.9f;
+            p.min_p = 0.1f;
+            p.top_k = 0;
+        },
     };
     for (auto mutate : variants) {
         GenerateOptions o;

@@ -12,15 +12,17 @@ namespace {
 // The straightforward greedy loop over llama.h, the reference llamapp must match token for token.
 std::vector<llama_token> reference_greedy(const std::string& prompt, int n) {
     llama_model_params mp = llama_model_default_params();
-    llama_model* model = llama_model_load_from_file(test::shared_model("stories260K.gguf").c_str(), mp);
+    llama_model* model =
+        llama_model_load_from_file(test::shared_model("stories260K.gguf").c_str(), mp);
     const llama_vocab* vocab = llama_model_get_vocab(model);
     llama_context_params cp = llama_context_default_params();
     cp.n_ctx = 512;
     cp.n_threads = 2;
     llama_context* ctx = llama_init_from_model(model, cp);
     std::vector<llama_token> tokens(prompt.size() + 8);
-    const int n_prompt = llama_tokenize(vocab, prompt.data(), static_cast<int>(prompt.size()), tokens.data(),
-                                        static_cast<int>(tokens.size()), true, false);
+    const int n_prompt =
+        llama_tokenize(vocab, prompt.data(), static_cast<int>(prompt.size()), tokens.data(),
+                       static_cast<int>(tokens.size()), true, false);
     tokens.resize(n_prompt);
     llama_sampler* greedy_sampler = llama_sampler_init_greedy();
     std::vector<llama_token> out;
@@ -46,12 +48,16 @@ TEST(Golden, MatchesLlamaCompletionText) {
     //   llama-completion -m stories260K.gguf -p "<prompt>" -n 100 --temp 0 -no-cnv
     const std::pair<const char*, const char*> cases[] = {
         {"Once upon a time",
-         ", there was a little girl named Lily. She loved to play outside in the park. One day, she saw a big, "
-         "red ball. She wanted to play with it, but it was too high.\nLily's mom said, \"Lily, let's go to the "
+         ", there was a little girl named Lily. She loved to play outside in the park. One day, "
+         "she saw a big, "
+         "red ball. She wanted to play with it, but it was too high.\nLily's mom said, \"Lily, "
+         "let's go to the "
          "park.\" Lily was sad and didn't know what to do"},
         {"The cat sat",
-         " down on the ground. He liked to see a big box. He liked to play with his ball. He liked to play with "
-         "his ball. He liked to play with his ball.\nOne day, a little boy named Tim came to the park. He saw a "
+         " down on the ground. He liked to see a big box. He liked to play with his ball. He liked "
+         "to play with "
+         "his ball. He liked to play with his ball.\nOne day, a little boy named Tim came to the "
+         "park. He saw a "
          "big box. Tim wanted to play with the ball. He wanted to play with the"},
     };
     Context ctx = test::stories_context();
@@ -66,7 +72,8 @@ TEST(Golden, MatchesLlamaCompletionText) {
 
 TEST(Golden, MatchesReferenceGreedyLoopTokenForToken) {
     Context ctx = test::stories_context();
-    for (const char* prompt : {"Once upon a time", "Lily and Ben went", "The sun was", "One day, a big dog"}) {
+    for (const char* prompt :
+         {"Once upon a time", "Lily and Ben went", "The sun was", "One day, a big dog"}) {
         const auto expected = reference_greedy(prompt, 80);
         ctx.clear();
         auto r = ctx.generate(prompt, greedy(80));

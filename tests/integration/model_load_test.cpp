@@ -18,7 +18,7 @@ namespace fs = std::filesystem;
 namespace {
 
 class ModelLoad : public ::testing::Test {
-protected:
+  protected:
     void SetUp() override {
         set_log_level(LogLevel::none);
         dir_ = fs::temp_directory_path() / ("llamapp-load-" + std::to_string(::getpid()));
@@ -54,21 +54,26 @@ TEST_F(ModelLoad, MissingFileIsFileNotFound) {
     EXPECT_NE(m.error().context.find("nope.gguf"), std::string::npos);
 }
 
-TEST_F(ModelLoad, DirectoryIsRejected) { EXPECT_EQ(load_error(dir_), ErrorCode::is_directory); }
+TEST_F(ModelLoad, DirectoryIsRejected) {
+    EXPECT_EQ(load_error(dir_), ErrorCode::is_directory);
+}
 
 TEST_F(ModelLoad, ZeroByteFileIsInvalid) {
     EXPECT_EQ(load_error(write_bytes("empty.gguf", "")), ErrorCode::invalid_model_file);
 }
 
 TEST_F(ModelLoad, TextFileIsNotGguf) {
-    EXPECT_EQ(load_error(write_bytes("text.gguf", "hello, I am not a model\n")), ErrorCode::invalid_model_file);
+    EXPECT_EQ(load_error(write_bytes("text.gguf", "hello, I am not a model\n")),
+              ErrorCode::invalid_model_file);
 }
 
 TEST_F(ModelLoad, TruncatedGgufIsInvalidAtEveryCut) {
     const auto size = fs::file_size(stories);
-    for (std::size_t keep : {std::size_t{4}, std::size_t{24}, std::size_t{200}, std::size_t{5000},
-                             static_cast<std::size_t>(size / 2), static_cast<std::size_t>(size - 1)}) {
-        EXPECT_EQ(load_error(truncated_copy(stories, keep)), ErrorCode::invalid_model_file) << "kept " << keep;
+    for (std::size_t keep :
+         {std::size_t{4}, std::size_t{24}, std::size_t{200}, std::size_t{5000},
+          static_cast<std::size_t>(size / 2), static_cast<std::size_t>(size - 1)}) {
+        EXPECT_EQ(load_error(truncated_copy(stories, keep)), ErrorCode::invalid_model_file)
+            << "kept " << keep;
     }
 }
 
@@ -181,7 +186,8 @@ TEST_F(ModelLoad, ContextOptionsAreValidated) {
         return c ? ErrorCode::internal : c.error().code;
     };
     EXPECT_EQ(code([](ContextOptions& o) { o.n_ctx = -1; }), ErrorCode::invalid_argument);
-    EXPECT_EQ(code([](ContextOptions& o) { o.n_ctx = std::int64_t{1} << 40; }), ErrorCode::invalid_argument);
+    EXPECT_EQ(code([](ContextOptions& o) { o.n_ctx = std::int64_t{1} << 40; }),
+              ErrorCode::invalid_argument);
     EXPECT_EQ(code([](ContextOptions& o) { o.n_batch = 0; }), ErrorCode::invalid_argument);
     EXPECT_EQ(code([](ContextOptions& o) { o.n_ubatch = 4096; }), ErrorCode::invalid_argument);
     EXPECT_EQ(code([](ContextOptions& o) { o.n_seq_max = 0; }), ErrorCode::invalid_argument);
@@ -225,4 +231,38 @@ TEST_F(ModelLoad, QuantizedKvCacheWorks) {
     auto refused = Context::create(*s, misfit);
     ASSERT_FALSE(refused);
     EXPECT_EQ(refused.error().code, ErrorCode::invalid_argument);
+}
+
+TEST_F(ModelLoad, KvCacheLargerThanMemoryIsOutOfMemory) {
+    const double ram = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
+    if (ram > 30.0 * (1ull << 30)) GTEST_SKIP() << "the 34 GiB cache below would fit on this machine";
+    auto m = Model::load(test::generated_model("demo.gguf"));
+    ASSERT_TRUE(m);
+    ContextOptions o;
+    o.n_ctx = 1 << 24;  // 4 layers x 128 KV dims x 2 x f16 x 16M tokens = 34 GiB
+    auto c = Context::create(*m, o);
+    ASSERT_FALSE(c);
+    EXPECT_EQ(c.error().code, ErrorCode::out_of_memory);
+    EXPECT_EQ(c.error().context, "n_ctx");
+}
+
+TEST_F(ModelLoad, DecodeTimeBudgetInterruptsALongPrefill) {
+    auto m = Model::load(test::generated_model("demo.gguf"));
+    ASSERT_TRUE(m);
+    ContextOptions o;
+    o.n_ctx = 2048;
+    o.decode_timeout = std::chrono::milliseconds(1);
+    auto c = Context::create(*m, o);
+    ASSERT_TRUE(c);
+    std::vector<Token> prompt(1800, 100);
+    GenerateOptions g;
+    g.max_tokens = 4;
+    auto r = c->generate(prompt, g);
+    ASSERT_FALSE(r) << "an 1800-token prefill cannot finish in 1 ms";
+    EXPECT_EQ(r.error().code, ErrorCode::timeout);
+    // A budget of 0 means no limit.
+    o.decode_timeout = std::chrono::milliseconds(0);
+    auto c2 = Context::create(*m, o);
+    ASSERT_TRUE(c2);
+    EXPECT_TRUE(c2->generate(std::vector<Token>{1, 100, 200}, g));
 }

@@ -26,7 +26,8 @@ std::vector<VocabCase> read_cases(const fs::path& gguf) {
     std::vector<std::string> inputs;
     for (std::size_t pos = 0; pos < raw.size();) {
         const std::size_t next = raw.find(sep, pos);
-        inputs.push_back(raw.substr(pos, next == std::string::npos ? std::string::npos : next - pos));
+        inputs.push_back(
+            raw.substr(pos, next == std::string::npos ? std::string::npos : next - pos));
         if (next == std::string::npos) break;
         pos = next + sep.size();
     }
@@ -47,7 +48,8 @@ std::vector<fs::path> vocab_files() {
         if (!fs::exists(dir)) continue;
         for (const auto& e : fs::directory_iterator(dir)) {
             const auto p = e.path();
-            if (p.extension() == ".gguf" && fs::exists(p.string() + ".out") && fs::exists(p.string() + ".inp")) {
+            if (p.extension() == ".gguf" && fs::exists(p.string() + ".out") &&
+                fs::exists(p.string() + ".inp")) {
                 files.push_back(p);
             }
         }
@@ -85,7 +87,9 @@ TEST_P(VocabFixture, ReproducesLlamaCppExpectedIds) {
 INSTANTIATE_TEST_SUITE_P(AllVocabs, VocabFixture, ::testing::ValuesIn(vocab_files()),
                          [](const auto& param_info) {
                              std::string n = param_info.param.stem().string();
-                             std::replace_if(n.begin(), n.end(), [](char ch) { return !std::isalnum(ch); }, '_');
+                             std::replace_if(
+                                 n.begin(), n.end(), [](char ch) { return !std::isalnum(ch); },
+                                 '_');
                              return n + "_" + std::to_string(param_info.index);
                          });
 

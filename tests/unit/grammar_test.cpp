@@ -10,8 +10,8 @@ TEST(Grammar, ValidGbnfParses) {
 }
 
 TEST(Grammar, MalformedGbnfIsATypedError) {
-    for (const char* bad : {"root ::= \"unterminated", "root ::= undefined_rule", "not a grammar at all",
-                            "rule ::= \"x\"", "", "%llguidance {}"}) {
+    for (const char* bad : {"root ::= \"unterminated", "root ::= undefined_rule",
+                            "not a grammar at all", "rule ::= \"x\"", "", "%llguidance {}"}) {
         auto r = validate_gbnf(bad);
         ASSERT_FALSE(r) << bad;
         EXPECT_EQ(r.error().code, ErrorCode::invalid_grammar) << bad;
@@ -27,10 +27,11 @@ TEST(Grammar, JsonSchemaConvertsToAGrammarThatParses) {
 }
 
 TEST(Grammar, InvalidJsonSchemaIsATypedError) {
-    for (const char* bad : {"{not json", "[1,2]", "42", R"({"type":"string","pattern":"(unbalanced"})",
-                            R"({"type":"string","pattern":"^(unbalanced$"})",
-                            R"({"properties":{"a":{"type":"string","pattern":"[a-z]+"}}})",
-                            R"({"$ref":"#/definitions/missing"})"}) {
+    for (const char* bad :
+         {"{not json", "[1,2]", "42", R"({"type":"string","pattern":"(unbalanced"})",
+          R"({"type":"string","pattern":"^(unbalanced$"})",
+          R"({"properties":{"a":{"type":"string","pattern":"[a-z]+"}}})",
+          R"({"$ref":"#/definitions/missing"})"}) {
         auto r = json_schema_to_gbnf(bad);
         ASSERT_FALSE(r) << bad;
         EXPECT_EQ(r.error().code, ErrorCode::invalid_json_schema) << bad;

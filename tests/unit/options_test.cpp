@@ -8,7 +8,8 @@
 using namespace llamapp;
 
 TEST(KvType, ParsesEveryTypeLlamaCppAccepts) {
-    for (const char* name : {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"}) {
+    for (const char* name :
+         {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"}) {
         auto t = parse_kv_type(name);
         ASSERT_TRUE(t) << name;
         EXPECT_EQ(to_string(*t), name);
@@ -45,5 +46,6 @@ TEST(Devices, CpuIsAlwaysListed) {
 }
 
 TEST(Fingerprint, Sha256OfKnownBytes) {
-    EXPECT_EQ(sha256_hex("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+    EXPECT_EQ(sha256_hex("abc"),
+              "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
 }

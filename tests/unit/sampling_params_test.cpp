@@ -9,7 +9,9 @@ using namespace llamapp;
 
 namespace {
 
-ErrorCode code_of(const Result<void>& r) { return r ? ErrorCode::internal : r.error().code; }
+ErrorCode code_of(const Result<void>& r) {
+    return r ? ErrorCode::internal : r.error().code;
+}
 
 }  // namespace
 
@@ -37,7 +39,10 @@ TEST(SamplingParams, RejectsOutOfRangeValuesNamingTheOption) {
         {[](SamplingParams& p) { p.mirostat = 3; }, "mirostat"},
         {[](SamplingParams& p) { p.xtc_probability = 1.5f; }, "xtc_probability"},
         {[](SamplingParams& p) { p.dry_base = 0.5f; }, "dry_base"},
-        {[](SamplingParams& p) { p.logit_bias = {{1, NAN}}; }, "logit_bias"},
+        {[](SamplingParams& p) {
+             p.logit_bias = {{1, NAN}};
+         },
+         "logit_bias"},
     };
     for (const auto& c : cases) {
         SamplingParams p;

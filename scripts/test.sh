@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Sets everything up (scripts/setup.sh) and runs every test with ctest.
+#   scripts/test.sh                      the normal Release build in build/
+#   scripts/test.sh --sanitize address   a separate AddressSanitizer build in build-asan/
+#   scripts/test.sh --sanitize thread    a separate ThreadSanitizer build in build-tsan/
+# Extra arguments after -- go to ctest (e.g. -- -R Golden).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+
+sanitize=""
+ctest_args=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --sanitize) sanitize="$2"; shift 2 ;;
+    --) shift; ctest_args=("$@"); break ;;
+    *) echo "usage: $0 [--sanitize address|thread] [-- ctest args]" >&2; exit 2 ;;
+  esac
+done
+
+if [ -n "$sanitize" ]; then
+  export LLAMAPP_BUILD_DIR=${LLAMAPP_BUILD_DIR:-$root/build-${sanitize:0:1}san}
+  export LLAMAPP_BUILD_TYPE=RelWithDebInfo
+  export LLAMAPP_CMAKE_ARGS="-DLLAMAPP_SANITIZE=$sanitize ${LLAMAPP_CMAKE_ARGS:-}"
+  # llama.cpp's CPU backend uses OpenMP, whose runtime TSan cannot see into.
+  [ "$sanitize" = thread ] && export LLAMAPP_CMAKE_ARGS="-DGGML_OPENMP=OFF $LLAMAPP_CMAKE_ARGS"
+  export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
+  export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1}
+fi
+"$root/scripts/setup.sh"
+build=${LLAMAPP_BUILD_DIR:-$root/build}
+cd "$build"
+ctest --output-on-failure -j "$(nproc)" --timeout 900 "${ctest_args[@]}"
