@@ -89,8 +89,8 @@ class Context {
     Result<std::vector<std::vector<float>>> embed_tokens(std::string_view text,
                                                          const EmbedOptions& options = {});
 
-    // Forgets the KV cache (the next generation starts cold).
-    void clear();
+    // Forgets the KV cache (the next generation starts cold). Fails while a TokenStream runs.
+    Result<void> clear();
 
     detail::ContextState& state() { return *state_; }
 

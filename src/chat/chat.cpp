@@ -2,6 +2,8 @@
 
 #include <fmt/core.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <exception>
 
 #include "chat.h"
@@ -119,31 +121,65 @@ Result<std::string> ChatTemplate::apply(const std::vector<ChatMessage>& messages
     return params->prompt;
 }
 
+namespace {
+
+// True when tokenizing `text` with special-token parsing would produce control tokens, i.e. the
+// text spells out markup such as "<|im_end|>".
+Result<bool> spells_control_tokens(const Tokenizer& tok, const std::string& text) {
+    if (text.empty()) return false;
+    auto plain = tok.encode(text, {.add_special = false, .parse_special = false});
+    auto special = tok.encode(text, {.add_special = false, .parse_special = true});
+    if (!plain) return std::unexpected(plain.error());
+    if (!special) return std::unexpected(special.error());
+    return *plain != *special;
+}
+
+}  // namespace
+
 Result<ChatPrompt> ChatTemplate::render(const std::vector<ChatMessage>& messages,
                                         const ChatRenderOptions& options) const {
     if (auto ok = validate(messages); !ok) return std::unexpected(ok.error());
-    // Render with markers in place of every piece of user-controlled text, then tokenize the
-    // markup with special-token parsing and the text without it.
+    const Tokenizer tokenizer = state_->model.tokenizer();
+
+    // Fields the template renders verbatim into markup must not spell control tokens at all.
+    for (std::size_t i = 0; i < messages.size(); ++i) {
+        const auto& m = messages[i];
+        std::vector<const std::string*> raw = {&m.name, &m.tool_call_id};
+        for (const auto& c : m.tool_calls) raw.insert(raw.end(), {&c.id, &c.name, &c.arguments});
+        for (const std::string* field : raw) {
+            auto spells = spells_control_tokens(tokenizer, *field);
+            if (!spells) return std::unexpected(spells.error());
+            if (*spells) {
+                return fail(ErrorCode::invalid_argument,
+                            "tool call fields must not contain special-token text",
+                            fmt::format("messages[{}]", i));
+            }
+        }
+    }
+    // Content and reasoning that spell control tokens are replaced by markers while the template
+    // renders, and tokenized as plain text afterwards. Everything else renders as is, and the
+    // prompt is tokenized in one piece exactly as llama.cpp's server does (segment-wise
+    // tokenization would add SentencePiece space prefixes at every boundary).
     std::vector<const std::string*> texts;
     std::vector<common_chat_msg> msgs;
     for (const auto& m : messages) {
-        std::string content, reasoning;
-        if (!m.content.empty()) {
-            content = marker(texts.size());
-            texts.push_back(&m.content);
+        std::string fields[2] = {m.content, m.reasoning_content};
+        for (auto& f : fields) {
+            auto spells = spells_control_tokens(tokenizer, f);
+            if (!spells) return std::unexpected(spells.error());
+            if (*spells) {
+                texts.push_back(&f == &fields[0] ? &m.content : &m.reasoning_content);
+                f = marker(texts.size() - 1);
+            }
         }
-        if (!m.reasoning_content.empty()) {
-            reasoning = marker(texts.size());
-            texts.push_back(&m.reasoning_content);
-        }
-        msgs.push_back(to_common(m, std::move(content), std::move(reasoning)));
+        msgs.push_back(to_common(m, std::move(fields[0]), std::move(fields[1])));
     }
     auto params = apply_common(*state_, std::move(msgs), options);
     if (!params) return std::unexpected(params.error());
 
-    const Tokenizer tokenizer = state_->model.tokenizer();
     ChatPrompt prompt;
     const std::string& rendered = params->prompt;
+    std::vector<bool> seen(texts.size(), false);
     std::size_t pos = 0;
     auto add = [&](std::string_view part, bool markup) -> Result<void> {
         if (part.empty()) return {};
@@ -154,7 +190,7 @@ Result<ChatPrompt> ChatTemplate::render(const std::vector<ChatMessage>& messages
         return {};
     };
     while (pos < rendered.size()) {
-        const std::size_t start = rendered.find('\x1E', pos);
+        const std::size_t start = texts.empty() ? std::string::npos : rendered.find('\x1E', pos);
         const std::size_t end =
             start == std::string::npos ? std::string::npos : rendered.find('\x1F', start);
         std::size_t index = 0;
@@ -172,7 +208,15 @@ Result<ChatPrompt> ChatTemplate::render(const std::vector<ChatMessage>& messages
         if (auto ok = add(std::string_view(rendered).substr(pos, start - pos), true); !ok)
             return std::unexpected(ok.error());
         if (auto ok = add(*texts[index], false); !ok) return std::unexpected(ok.error());
+        seen[index] = true;
         pos = end + 1;
+    }
+    if (std::find(seen.begin(), seen.end(), false) != seen.end()) {
+        // The template transformed the text (e.g. |tojson), so it cannot be kept apart as text.
+        return fail(ErrorCode::invalid_argument,
+                    "message text contains special-token text that this chat template cannot keep "
+                    "as plain text",
+                    "messages");
     }
     const auto& special = state_->model.info().special;
     if (special.add_bos && special.bos != no_token &&

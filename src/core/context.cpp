@@ -246,6 +246,11 @@ Result<Context> Context::create(const Model& model, const ContextOptions& option
                     "llama.cpp refused the context options: " + capture.last_error());
     }
     state->ctx.reset(raw);
+    if (options.embeddings && llama_pooling_type(raw) == LLAMA_POOLING_TYPE_RANK) {
+        // Rank pooling yields classifier scores, not vectors of n_embd_out floats.
+        return fail(ErrorCode::unsupported_model,
+                    "reranking models are not supported for embeddings", info.architecture);
+    }
     state->can_trim = !info.is_recurrent && !info.is_hybrid;
     return Context(std::move(state));
 }
@@ -262,8 +267,13 @@ int Context::n_batch() const {
 const ContextOptions& Context::options() const {
     return state_->options;
 }
-void Context::clear() {
+Result<void> Context::clear() {
+    if (state_->busy) {
+        return fail(ErrorCode::unsupported_operation,
+                    "cannot clear the cache while a generation runs");
+    }
     state_->forget();
+    return {};
 }
 
 }  // namespace llamapp

@@ -33,8 +33,13 @@ Result<void> GenerateOptions::validate() const {
     if (timeout.count() < 0)
         return fail(ErrorCode::invalid_argument, "timeout must be >= 0", "timeout");
     for (const auto& s : stop) {
-        if (s.empty())
+        if (s.empty()) {
             return fail(ErrorCode::invalid_argument, "stop strings must not be empty", "stop");
+        }
+        // A stop string that is not valid UTF-8 could match inside a character and cut it.
+        if (utf8_sanitize(s) != s) {
+            return fail(ErrorCode::invalid_argument, "stop strings must be valid UTF-8", "stop");
+        }
     }
     return sampling.validate();
 }
@@ -72,6 +77,11 @@ Result<std::unique_ptr<GenerationRun>> GenerationRun::start(ContextState& state,
         return fail(ErrorCode::unsupported_operation, "this context was created for embeddings",
                     "embeddings");
     }
+    if (!state.memory()) {
+        return fail(ErrorCode::unsupported_operation,
+                    "this model has no KV cache and cannot generate text",
+                    state.model.info().architecture);
+    }
     if (auto ok = options.validate(); !ok) return std::unexpected(ok.error());
     if (prompt.empty()) return fail(ErrorCode::invalid_argument, "prompt is empty", "prompt");
     const Tokenizer tokenizer = state.model.tokenizer();
@@ -81,16 +91,26 @@ Result<std::unique_ptr<GenerationRun>> GenerationRun::start(ContextState& state,
                         fmt::format("token={}, vocab={}", t, tokenizer.vocab_size()));
         }
     }
-    const int n_ctx = static_cast<int>(llama_n_ctx(state.ctx.get()));
+    // Sequence 0's share of the cache (all of it unless several sequences split it).
+    const int n_ctx = static_cast<int>(llama_n_ctx_seq(state.ctx.get()));
     if (static_cast<std::int64_t>(prompt.size()) >= n_ctx) {
         return fail(ErrorCode::context_overflow, "prompt does not fit in the context window",
                     fmt::format("prompt tokens={}, n_ctx={}", prompt.size(), n_ctx));
     }
-    auto sampler = Sampler::create(*state.model.state(), options.sampling, options.ignore_eos);
+    auto sampler =
+        Sampler::create(*state.model.state(), options.sampling, options.ignore_eos, n_ctx);
     if (!sampler) return std::unexpected(sampler.error());
 
     std::unique_ptr<GenerationRun> run(new GenerationRun(state, options, std::move(*sampler)));
     if (auto ok = run->prefill(prompt); !ok) {
+        const ErrorCode code = ok.error().code;
+        if (code == ErrorCode::cancelled || code == ErrorCode::timeout) {
+            // Stopping during prefill is a finished generation with no tokens, like any other stop.
+            run->finish(FinishReason::cancelled, code == ErrorCode::timeout
+                                                     ? std::optional<Error>(ok.error())
+                                                     : std::nullopt);
+            return run;
+        }
         run->finished_ = true;
         state.busy = false;
         return std::unexpected(ok.error());
@@ -208,7 +228,12 @@ bool GenerationRun::next(StreamPiece& piece) {
         logits_index_ = 0;
     }
 
-    const Token token = sampler_.sample_and_accept(s.ctx.get(), logits_index_);
+    auto sampled = sampler_.sample_and_accept(s.ctx.get(), logits_index_);
+    if (!sampled) {
+        finish(FinishReason::error, sampled.error());
+        return next(piece);
+    }
+    const Token token = *sampled;
     if (result_.tokens.empty()) {
         first_token_at_ = Clock::now();
         result_.timings.ttft_ms = ms_since(started_);
@@ -242,7 +267,8 @@ bool GenerationRun::next(StreamPiece& piece) {
     }
     const bool at_max =
         options_.max_tokens > 0 && result_.usage.completion_tokens >= options_.max_tokens;
-    const bool ctx_full = s.cached.size() + 1 >= llama_n_ctx(s.ctx.get());
+    // The sampled token still needs a position of its own to be decoded.
+    const bool ctx_full = s.cached.size() >= llama_n_ctx_seq(s.ctx.get());
     if (at_max || ctx_full) {
         // The last token is not fed back: its KV is not needed unless generation continues.
         finish(FinishReason::length);
@@ -261,7 +287,7 @@ TokenStream::TokenStream(TokenStream&&) noexcept = default;
 TokenStream& TokenStream::operator=(TokenStream&&) noexcept = default;
 TokenStream::~TokenStream() = default;
 bool TokenStream::next(StreamPiece& piece) {
-    return run_->next(piece);
+    return run_ && run_->next(piece);
 }
 const Generation& TokenStream::result() const {
     return run_->result();

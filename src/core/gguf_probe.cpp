@@ -1,7 +1,10 @@
 #include "core/gguf_probe.hpp"
 
+#include <algorithm>
+#include <climits>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <system_error>
 
 #include "core/log_internal.hpp"
@@ -10,6 +13,89 @@
 namespace llamapp::detail {
 
 namespace fs = std::filesystem;
+
+namespace {
+
+// An integer key of any GGUF integer type (the largest element for arrays).
+std::optional<std::int64_t> int_value(const gguf_context* ctx, const std::string& key) {
+    const std::int64_t id = gguf_find_key(ctx, key.c_str());
+    if (id < 0) return std::nullopt;
+    auto scalar = [&](gguf_type type, const void* p) -> std::optional<std::int64_t> {
+        switch (type) {
+            case GGUF_TYPE_UINT8:
+                return *static_cast<const std::uint8_t*>(p);
+            case GGUF_TYPE_INT8:
+                return *static_cast<const std::int8_t*>(p);
+            case GGUF_TYPE_UINT16:
+                return *static_cast<const std::uint16_t*>(p);
+            case GGUF_TYPE_INT16:
+                return *static_cast<const std::int16_t*>(p);
+            case GGUF_TYPE_UINT32:
+                return *static_cast<const std::uint32_t*>(p);
+            case GGUF_TYPE_INT32:
+                return *static_cast<const std::int32_t*>(p);
+            case GGUF_TYPE_UINT64:
+                return static_cast<std::int64_t>(
+                    std::min<std::uint64_t>(*static_cast<const std::uint64_t*>(p), INT64_MAX));
+            case GGUF_TYPE_INT64:
+                return *static_cast<const std::int64_t*>(p);
+            default:
+                return std::nullopt;
+        }
+    };
+    const gguf_type type = gguf_get_kv_type(ctx, id);
+    if (type != GGUF_TYPE_ARRAY) return scalar(type, gguf_get_val_data(ctx, id));
+    const gguf_type elem = gguf_get_arr_type(ctx, id);
+    std::size_t size = 0;
+    switch (elem) {
+        case GGUF_TYPE_UINT8:
+        case GGUF_TYPE_INT8:
+            size = 1;
+            break;
+        case GGUF_TYPE_UINT16:
+        case GGUF_TYPE_INT16:
+            size = 2;
+            break;
+        case GGUF_TYPE_UINT32:
+        case GGUF_TYPE_INT32:
+            size = 4;
+            break;
+        case GGUF_TYPE_UINT64:
+        case GGUF_TYPE_INT64:
+            size = 8;
+            break;
+        default:
+            break;  // not an integer array (gguf_get_arr_data would assert on strings)
+    }
+    std::optional<std::int64_t> best;
+    if (size == 0) return best;
+    const auto* data = static_cast<const char*>(gguf_get_arr_data(ctx, id));
+    for (std::size_t i = 0; i < gguf_get_arr_n(ctx, id); ++i) {
+        auto v = scalar(elem, data + i * size);
+        if (v && (!best || *v > *best)) best = v;
+    }
+    return best;
+}
+
+// Hyperparameters llama.cpp asserts on instead of rejecting (llama-model.cpp load_hparams).
+Result<void> check_hparams(const gguf_context* ctx, const std::string& arch, const fs::path& path) {
+    auto bad = [&](const std::string& what) {
+        return fail(ErrorCode::invalid_model_file, "GGUF hyperparameters are invalid: " + what,
+                    path.string());
+    };
+    const auto layers = int_value(ctx, arch + ".block_count");
+    if (layers && (*layers <= 0 || *layers > 512)) return bad("block_count must be in [1, 512]");
+    const auto nextn = int_value(ctx, arch + ".nextn_predict_layers");
+    if (nextn && layers && (*nextn < 0 || *nextn > *layers))
+        return bad("nextn_predict_layers > block_count");
+    const auto experts = int_value(ctx, arch + ".expert_count").value_or(0);
+    const auto used = int_value(ctx, arch + ".expert_used_count").value_or(0);
+    if (experts < 0 || experts > 1024) return bad("expert_count must be in [0, 1024]");
+    if (used < 0 || used > experts) return bad("expert_used_count > expert_count");
+    return {};
+}
+
+}  // namespace
 
 Result<GgufSummary> probe_gguf(const fs::path& path) {
     std::error_code ec;
@@ -75,6 +161,10 @@ Result<GgufSummary> probe_gguf(const fs::path& path) {
     const std::int64_t arch_key = gguf_find_key(ctx, "general.architecture");
     if (arch_key >= 0 && gguf_get_kv_type(ctx, arch_key) == GGUF_TYPE_STRING) {
         summary.architecture = gguf_get_val_str(ctx, arch_key);
+    }
+    if (!summary.architecture.empty()) {
+        if (auto ok = check_hparams(ctx, summary.architecture, path); !ok)
+            return std::unexpected(ok.error());
     }
     return summary;
 }

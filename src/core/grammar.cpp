@@ -1,9 +1,12 @@
 #include "llamapp/grammar.hpp"
 
+#include <algorithm>
 #include <exception>
 #include <optional>
 #include <string>
+#include <vector>
 
+#include "core/grammar_internal.hpp"
 #include "core/log_internal.hpp"
 #include "json-schema-to-grammar.h"
 #include "json.h"
@@ -14,23 +17,78 @@ namespace llamapp {
 
 namespace {
 
-// llama.cpp's converter only warns about a "pattern" it cannot translate and then accepts any
-// string. Constrained output must fail closed, so such schemas are rejected here.
-std::optional<std::string> untranslatable_pattern(const common_json& node) {
+// Deeper nesting than this is refused before llama.cpp's recursive parsers see it (they have
+// no depth limit and would overflow the stack).
+constexpr int max_schema_depth = 64;
+constexpr int max_grammar_depth = 256;
+
+struct SchemaScan {
+    std::vector<std::string> patterns;
+    bool too_deep = false;
+};
+
+void scan_schema(const common_json& node, int depth, SchemaScan& scan) {
+    if (depth > max_schema_depth) {
+        scan.too_deep = true;
+        return;
+    }
     if (node.is_object()) {
         for (auto it = node.begin(); it != node.end(); ++it) {
             if (it.key() == "pattern" && it.value().is_string()) {
-                const std::string p = it.value().get<std::string>();
-                if (p.empty() || p.front() != '^' || p.back() != '$') return p;
+                scan.patterns.push_back(it.value().get<std::string>());
             }
-            if (auto bad = untranslatable_pattern(it.value())) return bad;
+            scan_schema(it.value(), depth + 1, scan);
         }
     } else if (node.is_array()) {
-        for (const auto& item : node) {
-            if (auto bad = untranslatable_pattern(item)) return bad;
-        }
+        for (const auto& item : node) scan_schema(item, depth + 1, scan);
+    }
+}
+
+std::string string_grammar(const std::string& pattern) {
+    common_json schema = common_json::parse("{\"type\":\"string\"}");
+    if (!pattern.empty()) schema["pattern"] = pattern;
+    return json_schema_to_grammar(schema, /*force_gbnf=*/true);
+}
+
+// llama.cpp's converter only warns about a "pattern" it cannot translate and then accepts any
+// string. Constrained output must fail closed: a pattern whose grammar is the unconstrained
+// string grammar is rejected.
+std::optional<std::string> untranslatable_pattern(const std::vector<std::string>& patterns) {
+    if (patterns.empty()) return std::nullopt;
+    const std::string any_string = string_grammar("");
+    for (const auto& p : patterns) {
+        if (p.empty() || p.front() != '^' || p.back() != '$') return p;
+        if (string_grammar(p) == any_string) return p;
     }
     return std::nullopt;
+}
+
+// Calls `visit` for every character of a GBNF grammar that is outside string literals,
+// character classes and comments.
+template <typename Visit>
+void scan_gbnf(std::string_view g, Visit visit) {
+    for (std::size_t i = 0; i < g.size(); ++i) {
+        const char c = g[i];
+        if (c == '"' || c == '[') {
+            const char close = c == '"' ? '"' : ']';
+            for (++i; i < g.size() && g[i] != close; ++i) {
+                if (g[i] == '\\') ++i;
+            }
+        } else if (c == '#') {
+            while (i < g.size() && g[i] != '\n') ++i;
+        } else {
+            visit(g, i);
+        }
+    }
+}
+
+int grammar_nesting(std::string_view g) {
+    int depth = 0, deepest = 0;
+    scan_gbnf(g, [&](std::string_view text, std::size_t i) {
+        if (text[i] == '(') deepest = std::max(deepest, ++depth);
+        if (text[i] == ')') --depth;
+    });
+    return deepest;
 }
 
 }  // namespace
@@ -46,11 +104,19 @@ Result<std::string> json_schema_to_gbnf(std::string_view schema_json) {
         return fail(ErrorCode::invalid_json_schema, "JSON schema must be an object or a boolean",
                     "json_schema");
     }
-    if (auto bad = untranslatable_pattern(schema)) {
-        return fail(ErrorCode::invalid_json_schema,
-                    "patterns must be anchored with ^ and $ to be enforced", "pattern=" + *bad);
+    SchemaScan scan;
+    scan_schema(schema, 0, scan);
+    if (scan.too_deep) {
+        return fail(ErrorCode::invalid_json_schema, "JSON schema nests too deeply",
+                    "limit=" + std::to_string(max_schema_depth));
     }
     try {
+        if (auto bad = untranslatable_pattern(scan.patterns)) {
+            return fail(ErrorCode::invalid_json_schema,
+                        "pattern cannot be enforced by a grammar (it must be anchored with ^ and $ "
+                        "and use only the regex features llama.cpp's converter supports)",
+                        "pattern=" + *bad);
+        }
         std::string gbnf = json_schema_to_grammar(schema, /*force_gbnf=*/true);
         if (gbnf.empty()) {
             return fail(ErrorCode::invalid_json_schema, "JSON schema produced an empty grammar",
@@ -64,9 +130,33 @@ Result<std::string> json_schema_to_gbnf(std::string_view schema_json) {
     }
 }
 
+namespace detail {
+
+std::vector<long long> gbnf_token_references(std::string_view grammar) {
+    std::vector<long long> ids;
+    scan_gbnf(grammar, [&](std::string_view g, std::size_t i) {
+        // Token references look like <[123]> (and !<[123]> for negation).
+        if (g.compare(i, 2, "<[") != 0) return;
+        long long id = 0;
+        std::size_t k = i + 2;
+        bool digits = false;
+        for (; k < g.size() && g[k] >= '0' && g[k] <= '9' && id < (1ll << 40); ++k, digits = true) {
+            id = id * 10 + (g[k] - '0');
+        }
+        if (digits) ids.push_back(id);
+    });
+    return ids;
+}
+
+}  // namespace detail
+
 Result<void> validate_gbnf(std::string_view grammar) {
     ensure_backend();
     if (grammar.empty()) return fail(ErrorCode::invalid_grammar, "grammar is empty", "grammar");
+    if (grammar_nesting(grammar) > max_grammar_depth) {
+        return fail(ErrorCode::invalid_grammar, "grammar nests too deeply",
+                    "limit=" + std::to_string(max_grammar_depth));
+    }
     if (grammar.starts_with("%llguidance")) {
         // common_sampler aborts the process on this prefix when llguidance is not compiled in.
         return fail(ErrorCode::invalid_grammar, "llguidance grammars are not supported", "grammar");

@@ -208,6 +208,9 @@ Result<Model> Model::load(const std::filesystem::path& path, const ModelOptions&
         return fail(ErrorCode::unsupported_model, "encoder-decoder models are not supported",
                     summary->architecture);
     }
+    if (llama_vocab_type(state->vocab) == LLAMA_VOCAB_TYPE_NONE) {
+        return fail(ErrorCode::unsupported_model, "the model has no tokenizer", path.string());
+    }
     if (llama_model_is_diffusion(raw)) {
         return fail(ErrorCode::unsupported_model, "diffusion models are not supported",
                     summary->architecture);

@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "common.h"
+#include "core/grammar_internal.hpp"
 #include "core/log_internal.hpp"
 #include "core/model_state.hpp"
 #include "llamapp/grammar.hpp"
@@ -65,8 +66,9 @@ Result<void> SamplingParams::validate() const {
                     "must be in (0, 1]")))
         return r;
     for (const auto& b : logit_bias) {
-        if (!(r = check(!std::isnan(b.bias) && b.bias != INFINITY, "logit_bias",
-                        "values must be finite or -infinity")))
+        // Larger finite biases overflow the logits to infinity and then NaN.
+        if (!(r = check(b.bias == -INFINITY || (std::isfinite(b.bias) && std::fabs(b.bias) <= 100),
+                        "logit_bias", "values must be in [-100, 100] or -infinity")))
             return r;
     }
     if (!grammar.empty() && !json_schema.empty()) {
@@ -85,7 +87,8 @@ Sampler::Sampler(Sampler&&) noexcept = default;
 Sampler& Sampler::operator=(Sampler&&) noexcept = default;
 Sampler::~Sampler() = default;
 
-Result<Sampler> Sampler::create(const ModelState& model, const SamplingParams& p, bool ignore_eos) {
+Result<Sampler> Sampler::create(const ModelState& model, const SamplingParams& p, bool ignore_eos,
+                                int n_ctx) {
     if (auto ok = p.validate(); !ok) return std::unexpected(ok.error());
     const int n_vocab = llama_vocab_n_tokens(model.vocab);
 
@@ -99,11 +102,12 @@ Result<Sampler> Sampler::create(const ModelState& model, const SamplingParams& p
     cp.penalty_repeat = p.repeat_penalty;
     cp.penalty_freq = p.frequency_penalty;
     cp.penalty_present = p.presence_penalty;
-    cp.penalty_last_n = p.penalty_last_n;
+    // llama.cpp treats a negative window as 0 (off); llamapp documents -1 as "whole context".
+    cp.penalty_last_n = p.penalty_last_n < 0 ? n_ctx : p.penalty_last_n;
     cp.dry_multiplier = p.dry_multiplier;
     cp.dry_base = p.dry_base;
     cp.dry_allowed_length = p.dry_allowed_length;
-    cp.dry_penalty_last_n = p.dry_penalty_last_n;
+    cp.dry_penalty_last_n = p.dry_penalty_last_n < 0 ? n_ctx : p.dry_penalty_last_n;
     cp.dry_sequence_breakers = p.dry_sequence_breakers;
     cp.xtc_probability = p.xtc_probability;
     cp.xtc_threshold = p.xtc_threshold;
@@ -119,20 +123,28 @@ Result<Sampler> Sampler::create(const ModelState& model, const SamplingParams& p
         }
         cp.logit_bias.push_back({b.token, b.bias});
     }
-    if (ignore_eos) {
-        for (Token t = 0; t < n_vocab; ++t) {
-            if (llama_vocab_is_eog(model.vocab, t)) cp.logit_bias.push_back({t, -INFINITY});
-        }
-    }
-
     std::string gbnf = p.grammar;
     if (!p.json_schema.empty()) {
         auto converted = json_schema_to_gbnf(p.json_schema);
         if (!converted) return std::unexpected(converted.error());
         gbnf = std::move(*converted);
     }
+    // With a grammar, end-of-generation is how a completed grammar stops, so it stays allowed.
+    if (ignore_eos && gbnf.empty()) {
+        for (Token t = 0; t < n_vocab; ++t) {
+            if (llama_vocab_is_eog(model.vocab, t)) cp.logit_bias.push_back({t, -INFINITY});
+        }
+    }
+
     if (!gbnf.empty()) {
         if (auto ok = validate_gbnf(gbnf); !ok) return std::unexpected(ok.error());
+        for (long long id : gbnf_token_references(gbnf)) {
+            if (id >= n_vocab) {
+                return fail(ErrorCode::invalid_grammar,
+                            "grammar refers to a token id outside the vocabulary",
+                            "token=" + std::to_string(id) + ", vocab=" + std::to_string(n_vocab));
+            }
+        }
         cp.grammar = common_grammar(COMMON_GRAMMAR_TYPE_USER, gbnf);
     }
 
@@ -154,10 +166,22 @@ void Sampler::accept_prompt(std::span<const Token> tokens) {
     for (Token t : tokens) common_sampler_accept(sampler_.get(), t, /*is_generated=*/false);
 }
 
-Token Sampler::sample_and_accept(llama_context* ctx, int index) {
-    const Token t = common_sampler_sample(sampler_.get(), ctx, index);
-    common_sampler_accept(sampler_.get(), t, /*is_generated=*/true);
-    return t;
+Result<Token> Sampler::sample_and_accept(llama_context* ctx, int index) {
+    try {
+        const Token t = common_sampler_sample(sampler_.get(), ctx, index);
+        // When the grammar (with biases) rules out every token, all logits are -inf and the
+        // chain still returns some id; accepting it would throw or abort inside llama.cpp.
+        const llama_token_data_array* cur = common_sampler_get_candidates(sampler_.get(), false);
+        if (cur && cur->selected >= 0 && static_cast<std::size_t>(cur->selected) < cur->size &&
+            !std::isfinite(cur->data[cur->selected].logit)) {
+            return fail(ErrorCode::invalid_grammar,
+                        "no token can continue the output under its constraints");
+        }
+        common_sampler_accept(sampler_.get(), t, /*is_generated=*/true);
+        return t;
+    } catch (const std::exception& e) {
+        return fail(ErrorCode::invalid_grammar, std::string("sampling failed: ") + e.what());
+    }
 }
 
 TokenLogprobs logprobs_from_logits(const float* logits, int n_vocab, Token chosen, int top_n) {

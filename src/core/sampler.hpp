@@ -18,8 +18,9 @@ struct ModelState;
 class Sampler {
   public:
     // Validates parameters against the model (token ids, grammar, schema) and builds the chain.
+    // n_ctx resolves the "-1 = whole context" penalty windows.
     static Result<Sampler> create(const ModelState& model, const SamplingParams& params,
-                                  bool ignore_eos);
+                                  bool ignore_eos, int n_ctx);
 
     Sampler(Sampler&&) noexcept;
     Sampler& operator=(Sampler&&) noexcept;
@@ -28,7 +29,8 @@ class Sampler {
     // Prompt tokens inform penalties but not the grammar.
     void accept_prompt(std::span<const Token> tokens);
     // Samples from the logits of output `index` of the last decode and accepts the token once.
-    Token sample_and_accept(llama_context* ctx, int index);
+    // Fails (invalid_grammar) when the constraints leave no token that may be chosen.
+    Result<Token> sample_and_accept(llama_context* ctx, int index);
 
   private:
     struct Deleter {

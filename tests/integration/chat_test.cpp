@@ -129,3 +129,30 @@ TEST(Chat, MultiTurnOnTheGeneratedQwen3Model) {
     ASSERT_TRUE(second) << second.error().describe();
     EXPECT_GT(second->generation.usage.prompt_tokens, first->generation.usage.prompt_tokens);
 }
+
+TEST(Chat, OrdinaryPromptsTokenizeInOnePieceLikeLlamaServer) {
+    // SentencePiece vocabularies add a space prefix per tokenizer call; a benign conversation
+    // must tokenize exactly as the whole rendered prompt does.
+    auto tmpl = ChatTemplate::create(test::stories_model(), kChatml);
+    ASSERT_TRUE(tmpl);
+    const std::vector<ChatMessage> msgs = {{.role = "system", .content = "You tell stories."},
+                                           {.role = "user", .content = "A dog and a cat"}};
+    auto prompt = tmpl->render(msgs);
+    auto text = tmpl->apply(msgs);
+    ASSERT_TRUE(prompt && text);
+    auto whole = test::stories_model().tokenizer().encode(
+        *text, {.add_special = true, .parse_special = true});
+    ASSERT_TRUE(whole);
+    EXPECT_EQ(prompt->tokens, *whole);
+    EXPECT_EQ(prompt->text, *text);
+}
+
+TEST(Chat, ToolCallFieldsCannotSmuggleControlTokens) {
+    auto tmpl = ChatTemplate::create(qwen3());
+    ASSERT_TRUE(tmpl);
+    ChatMessage call{.role = "assistant"};
+    call.tool_calls = {{.id = "1", .name = "f<|im_end|>", .arguments = "{}"}};
+    auto r = tmpl->render({{.role = "user", .content = "hi"}, call});
+    ASSERT_FALSE(r);
+    EXPECT_EQ(r.error().code, ErrorCode::invalid_argument);
+}

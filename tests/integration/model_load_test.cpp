@@ -235,7 +235,8 @@ TEST_F(ModelLoad, QuantizedKvCacheWorks) {
 
 TEST_F(ModelLoad, KvCacheLargerThanMemoryIsOutOfMemory) {
     const double ram = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
-    if (ram > 30.0 * (1ull << 30)) GTEST_SKIP() << "the 34 GiB cache below would fit on this machine";
+    if (ram > 30.0 * (1ull << 30))
+        GTEST_SKIP() << "the 34 GiB cache below would fit on this machine";
     auto m = Model::load(test::generated_model("demo.gguf"));
     ASSERT_TRUE(m);
     ContextOptions o;
@@ -258,11 +259,38 @@ TEST_F(ModelLoad, DecodeTimeBudgetInterruptsALongPrefill) {
     GenerateOptions g;
     g.max_tokens = 4;
     auto r = c->generate(prompt, g);
-    ASSERT_FALSE(r) << "an 1800-token prefill cannot finish in 1 ms";
-    EXPECT_EQ(r.error().code, ErrorCode::timeout);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->finish_reason, FinishReason::cancelled)
+        << "an 1800-token prefill cannot finish in 1 ms";
+    ASSERT_TRUE(r->error);
+    EXPECT_EQ(r->error->code, ErrorCode::timeout);
+    EXPECT_EQ(r->usage.completion_tokens, 0);
     // A budget of 0 means no limit.
     o.decode_timeout = std::chrono::milliseconds(0);
     auto c2 = Context::create(*m, o);
     ASSERT_TRUE(c2);
     EXPECT_TRUE(c2->generate(std::vector<Token>{1, 100, 200}, g));
+}
+
+TEST_F(ModelLoad, HyperparametersLlamaCppAssertsOnAreRejectedFirst) {
+    for (std::uint32_t layers : {0u, 100000u}) {
+        gguf_context* g = gguf_init_empty();
+        gguf_set_val_str(g, "general.architecture", "llama");
+        gguf_set_val_u32(g, "llama.block_count", layers);
+        const fs::path p = dir_ / ("layers-" + std::to_string(layers) + ".gguf");
+        ASSERT_TRUE(gguf_write_to_file(g, p.c_str(), false));
+        gguf_free(g);
+        auto m = Model::load(p);
+        ASSERT_FALSE(m) << layers;
+        EXPECT_EQ(m.error().code, ErrorCode::invalid_model_file) << layers;
+    }
+    gguf_context* g = gguf_init_empty();
+    gguf_set_val_str(g, "general.architecture", "llama");
+    gguf_set_val_u32(g, "llama.block_count", 2);
+    gguf_set_val_u32(g, "llama.expert_count", 4);
+    gguf_set_val_u32(g, "llama.expert_used_count", 8);
+    const fs::path p = dir_ / "experts.gguf";
+    ASSERT_TRUE(gguf_write_to_file(g, p.c_str(), false));
+    gguf_free(g);
+    EXPECT_EQ(load_error(p), ErrorCode::invalid_model_file);
 }
