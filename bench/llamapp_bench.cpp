@@ -122,13 +122,18 @@ int main(int argc, char** argv) {
                                                  : FlashAttention::automatic;
     Samples ref, ours;
     for (int round = 0; round < rounds; ++round) {
-        if (!run_llama_bench(llama_bench, model_path, threads, n_prompt, n_gen, reps, fa, ref)) {
-            std::fprintf(stderr, "error: llama-bench failed (%s)\n", llama_bench.c_str());
-            return 1;
-        }
-        if (!run_llamapp(*model, threads, n_prompt, n_gen, reps, fa_mode, ours)) {
-            std::fprintf(stderr, "error: llamapp run failed\n");
-            return 1;
+        // Alternate who goes first so drift in machine speed hits both sides alike.
+        for (int side = 0; side < 2; ++side) {
+            if ((side == 0) == (round % 2 == 0)) {
+                if (!run_llama_bench(llama_bench, model_path, threads, n_prompt, n_gen, reps, fa,
+                                     ref)) {
+                    std::fprintf(stderr, "error: llama-bench failed (%s)\n", llama_bench.c_str());
+                    return 1;
+                }
+            } else if (!run_llamapp(*model, threads, n_prompt, n_gen, reps, fa_mode, ours)) {
+                std::fprintf(stderr, "error: llamapp run failed\n");
+                return 1;
+            }
         }
         std::fprintf(stderr, "round %d/%d done\n", round + 1, rounds);
     }

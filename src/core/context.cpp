@@ -246,6 +246,17 @@ Result<Context> Context::create(const Model& model, const ContextOptions& option
                     "llama.cpp refused the context options: " + capture.last_error());
     }
     state->ctx.reset(raw);
+    ggml_threadpool_params tp = ggml_threadpool_params_default(p.n_threads);
+    state->threads.reset(ggml_threadpool_new(&tp));
+    if (p.n_threads_batch != p.n_threads) {
+        ggml_threadpool_params tpb = ggml_threadpool_params_default(p.n_threads_batch);
+        state->threads_batch.reset(ggml_threadpool_new(&tpb));
+    }
+    if (state->threads) {
+        llama_attach_threadpool(
+            raw, state->threads.get(),
+            state->threads_batch ? state->threads_batch.get() : state->threads.get());
+    }
     if (options.embeddings && llama_pooling_type(raw) == LLAMA_POOLING_TYPE_RANK) {
         // Rank pooling yields classifier scores, not vectors of n_embd_out floats.
         return fail(ErrorCode::unsupported_model,

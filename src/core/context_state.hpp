@@ -6,11 +6,17 @@
 #include <memory>
 #include <vector>
 
+#include "ggml-cpu.h"
 #include "llama.h"
 #include "llamapp/cancellation.hpp"
 #include "llamapp/context.hpp"
 
 namespace llamapp::detail {
+
+struct ThreadpoolDeleter {
+    void operator()(ggml_threadpool* t) const { ggml_threadpool_free(t); }
+};
+using Threadpool = std::unique_ptr<ggml_threadpool, ThreadpoolDeleter>;
 
 struct LlamaContextDeleter {
     void operator()(llama_context* c) const { llama_free(c); }
@@ -48,6 +54,10 @@ struct ContextState {
 
     Model model;
     ContextOptions options;
+    // Persistent CPU thread pools (decode, and prefill when its thread count differs): without
+    // them ggml builds a throwaway pool for every graph. Declared before ctx so they outlive it.
+    Threadpool threads;
+    Threadpool threads_batch;
     std::unique_ptr<llama_context, LlamaContextDeleter> ctx;
     // Tokens whose KV sits in sequence 0, for prefix reuse between calls.
     std::vector<Token> cached;

@@ -80,6 +80,29 @@ Result<void> SamplingParams::validate() const {
 
 namespace detail {
 
+namespace {
+
+// First index of the largest logit. Two passes, because a plain max over lanes vectorizes and
+// an index-tracking loop does not; this runs once per generated token over the whole vocabulary.
+Token argmax(const float* logits, int n) {
+    constexpr int lanes = 16;
+    float lane_max[lanes];
+    std::fill(lane_max, lane_max + lanes, -INFINITY);
+    int i = 0;
+    for (; i + lanes <= n; i += lanes) {
+        for (int k = 0; k < lanes; ++k)
+            lane_max[k] = logits[i + k] > lane_max[k] ? logits[i + k] : lane_max[k];
+    }
+    float best = *std::max_element(lane_max, lane_max + lanes);
+    for (; i < n; ++i) best = std::max(best, logits[i]);
+    for (int k = 0; k < n; ++k) {
+        if (logits[k] == best) return k;
+    }
+    return 0;  // all NaN
+}
+
+}  // namespace
+
 void Sampler::Deleter::operator()(common_sampler* s) const {
     common_sampler_free(s);
 }
@@ -155,7 +178,19 @@ Result<Sampler> Sampler::create(const ModelState& model, const SamplingParams& p
             return fail(gbnf.empty() ? ErrorCode::invalid_argument : ErrorCode::invalid_grammar,
                         "could not build the sampler: " + capture.last_error(), "sampling");
         }
-        return Sampler(std::unique_ptr<common_sampler, Deleter>(s));
+        Sampler sampler{std::unique_ptr<common_sampler, Deleter>(s)};
+        int32_t n_suppress = 0;
+        llama_vocab_get_suppress_tokens(model.vocab, &n_suppress);
+        // Each condition keeps the most likely token the chain's pick at temperature 0: typical-p
+        // and XTC can drop it, penalties, DRY, biases and grammars can change it.
+        sampler.argmax_ = p.temperature <= 0 && p.mirostat == 0 && gbnf.empty() &&
+                          p.logit_bias.empty() && p.repeat_penalty == 1.0f &&
+                          p.frequency_penalty == 0 && p.presence_penalty == 0 &&
+                          p.dry_multiplier == 0 && p.xtc_probability == 0 && p.typical_p >= 1.0f &&
+                          n_suppress == 0;
+        sampler.ignore_eos_ = ignore_eos;
+        sampler.vocab_ = model.vocab;
+        return sampler;
     } catch (const std::exception& e) {
         return fail(gbnf.empty() ? ErrorCode::invalid_argument : ErrorCode::invalid_grammar,
                     std::string("could not build the sampler: ") + e.what(), "sampling");
@@ -167,6 +202,13 @@ void Sampler::accept_prompt(std::span<const Token> tokens) {
 }
 
 Result<Token> Sampler::sample_and_accept(llama_context* ctx, int index) {
+    if (argmax_) {
+        const float* logits = llama_get_logits_ith(ctx, index);
+        const int n_vocab = llama_vocab_n_tokens(vocab_);
+        const Token best = argmax(logits, n_vocab);
+        // A banned end-of-generation winner needs the chain's biases; that is rare.
+        if (!(ignore_eos_ && llama_vocab_is_eog(vocab_, best))) return best;
+    }
     try {
         const Token t = common_sampler_sample(sampler_.get(), ctx, index);
         // When the grammar (with biases) rules out every token, all logits are -inf and the

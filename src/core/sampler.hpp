@@ -10,6 +10,7 @@
 
 struct common_sampler;
 struct llama_context;
+struct llama_vocab;
 
 namespace llamapp::detail {
 
@@ -37,7 +38,13 @@ class Sampler {
         void operator()(common_sampler* s) const;
     };
     explicit Sampler(std::unique_ptr<common_sampler, Deleter> s) : sampler_(std::move(s)) {}
+
     std::unique_ptr<common_sampler, Deleter> sampler_;
+    // Plain greedy decoding (no constraint, bias or penalty can change the winner) takes the
+    // argmax of the logits directly instead of running the whole chain over the vocabulary.
+    bool argmax_ = false;
+    bool ignore_eos_ = false;
+    const llama_vocab* vocab_ = nullptr;
 };
 
 // Log-probabilities of the chosen token and the top_n alternatives from raw logits.
