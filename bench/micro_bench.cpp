@@ -1,0 +1,67 @@
+// Google Benchmark micro-benchmarks of llamapp's per-token hot path: the work done between two
+// llama_decode calls (stop-string matching, UTF-8 holding, detokenizing, tokenizing).
+#include <benchmark/benchmark.h>
+
+#include <filesystem>
+#include <string>
+
+#include "core/stop_strings.hpp"
+#include "llamapp/llamapp.hpp"
+
+using namespace llamapp;
+
+namespace {
+
+const Model* vocab_model() {
+    static std::optional<Model> model = [] {
+        set_log_level(LogLevel::none);
+        ModelOptions o;
+        o.vocab_only = true;
+        auto m = Model::load(LLAMAPP_BENCH_VOCAB, o);
+        return m ? std::optional<Model>(std::move(*m)) : std::nullopt;
+    }();
+    return model ? &*model : nullptr;
+}
+
+void BM_StopMatcherPerPiece(benchmark::State& state) {
+    detail::StopMatcher m({"</s>", "\n\nUser:", "###"});
+    for (auto _ : state) {
+        auto step = m.feed(" word");
+        benchmark::DoNotOptimize(step);
+    }
+}
+BENCHMARK(BM_StopMatcherPerPiece);
+
+void BM_Utf8CompletePrefix(benchmark::State& state) {
+    const std::string text = "a piece of text \xE6\x97\xA5\xE6\x9C";
+    for (auto _ : state) benchmark::DoNotOptimize(utf8_complete_prefix(text));
+}
+BENCHMARK(BM_Utf8CompletePrefix);
+
+void BM_DetokenizePerToken(benchmark::State& state) {
+    const Model* m = vocab_model();
+    if (!m) return state.SkipWithError("vocab model missing");
+    Detokenizer d(m->tokenizer());
+    Token t = 1000;
+    for (auto _ : state) {
+        auto piece = d.push(t);
+        benchmark::DoNotOptimize(piece);
+        t = t == 20000 ? 1000 : t + 1;
+    }
+}
+BENCHMARK(BM_DetokenizePerToken);
+
+void BM_TokenizeParagraph(benchmark::State& state) {
+    const Model* m = vocab_model();
+    if (!m) return state.SkipWithError("vocab model missing");
+    const std::string text =
+        "Once upon a time, there was a little girl named Lily. She loved to play outside in the park. "
+        "One day, she saw a big, red ball. She wanted to play with it, but it was too high.";
+    for (auto _ : state) benchmark::DoNotOptimize(m->tokenizer().encode(text));
+    state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * text.size()));
+}
+BENCHMARK(BM_TokenizeParagraph);
+
+}  // namespace
+
+BENCHMARK_MAIN();
