@@ -11,6 +11,7 @@
 #include "llamapp/generation.hpp"
 #include "llamapp/grammar.hpp"
 #include "llamapp/log.hpp"
+#include "llamapp/metrics.hpp"
 #include "llamapp/model.hpp"
 #include "llamapp/sampling.hpp"
 #include "llamapp/tokenizer.hpp"
