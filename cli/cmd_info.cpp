@@ -33,6 +33,7 @@ Runner add_info(CLI::App& app) {
         bool json = false;
         bool all_metadata = false;
         bool fingerprint = false;
+        bool vocab_only = false;
     };
     auto flags = std::make_shared<Flags>();
     CLI::App* cmd = app.add_subcommand("info", "show a model's metadata");
@@ -40,8 +41,10 @@ Runner add_info(CLI::App& app) {
     cmd->add_flag("--json", flags->json, "print JSON");
     cmd->add_flag("--metadata", flags->all_metadata, "also list every GGUF key/value");
     cmd->add_flag("--sha256", flags->fingerprint, "compute the file's SHA-256 fingerprint");
+    cmd->add_flag("--vocab-only", flags->vocab_only,
+                  "read only metadata and vocabulary (no weights)");
     return [flags]() -> int {
-        auto model = load_model(flags->common);
+        auto model = load_model(flags->common, flags->vocab_only);
         if (!model) return report(model.error());
         const ModelInfo& i = model->info();
         std::string sha;

@@ -34,7 +34,13 @@ struct RunFlags {
 // Ctrl-C stops the current generation instead of killing the process.
 CancellationToken* g_interrupt = nullptr;
 void on_sigint(int) {
-    if (g_interrupt) g_interrupt->cancel();
+    if (g_interrupt) {
+        g_interrupt->cancel();
+    } else {
+        // Nothing to stop: behave like an ordinary Ctrl-C.
+        std::signal(SIGINT, SIG_DFL);
+        std::raise(SIGINT);
+    }
 }
 
 nlohmann::json to_json(const Generation& g) {

@@ -12,7 +12,8 @@ namespace llamapp::cli {
 
 struct CommonFlags {
     std::string model_path;
-    std::string log_level = "warning";
+    // llama.cpp's own lines stay quiet by default: failures are reported as one error line.
+    std::string log_level = "none";
     int n_gpu_layers = -1;
     bool no_mmap = false;
 };

@@ -127,7 +127,10 @@ void capture_line(LogLevel level, std::string_view line) {
     LogCapture* capture = t_capture;
     if (!capture || level < LogLevel::warning) return;
     capture->errors_.append(line).push_back('\n');
-    if (level == LogLevel::error) capture->last_error_ = std::string(line);
+    if (level == LogLevel::error) {
+        capture->last_error_ = std::string(line);
+        if (capture->first_error_.empty()) capture->first_error_ = capture->last_error_;
+    }
 }
 
 LogCapture::LogCapture() : previous_(t_capture) {

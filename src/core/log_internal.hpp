@@ -31,11 +31,13 @@ class LogCapture {
 
     const std::string& errors() const { return errors_; }  // error and warning lines, joined
     std::string last_error() const;                        // the last error line, trimmed
+    std::string first_error() const { return first_error_; }  // usually the most specific one
 
   private:
     friend void capture_line(LogLevel level, std::string_view line);
     std::string errors_;
     std::string last_error_;
+    std::string first_error_;
     LogCapture* previous_;
 };
 

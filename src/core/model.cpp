@@ -194,10 +194,15 @@ Result<Model> Model::load(const std::filesystem::path& path, const ModelOptions&
             return fail(ErrorCode::out_of_memory, "not enough memory to load the model",
                         path.string());
         }
-        std::string last = capture.last_error();
+        if (summary->n_tensors == 0 && !options.vocab_only) {
+            return fail(ErrorCode::invalid_model_file,
+                        "the file has no weights (a vocabulary-only GGUF); load it with vocab_only",
+                        path.string());
+        }
+        const std::string first = capture.first_error();
         return fail(ErrorCode::invalid_model_file,
-                    last.empty() ? "llama.cpp could not load the model"
-                                 : "llama.cpp could not load the model: " + last,
+                    first.empty() ? "llama.cpp could not load the model"
+                                  : "llama.cpp could not load the model: " + first,
                     path.string());
     }
     auto state = std::make_shared<detail::ModelState>();

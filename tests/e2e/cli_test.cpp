@@ -3,6 +3,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <string>
@@ -113,4 +114,15 @@ TEST(Cli, ChatReplKeepsHistory) {
                    " -n 4 --temp 0 < <(printf 'hi\\nagain\\n')");
     ASSERT_EQ(r.status, 0) << r.out;
     EXPECT_NE(r.out.find("chat:"), std::string::npos);
+}
+
+TEST(Cli, FailedLoadIsExactlyOneLine) {
+    CliRun r = run("run -m " + llamapp::test::shared_model("vocab/ggml-vocab-phi-3.gguf").string() +
+                   " -p hi");
+    EXPECT_NE(r.status, 0);
+    EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
+    CliRun info = run("info --vocab-only -m " +
+                      llamapp::test::shared_model("vocab/ggml-vocab-phi-3.gguf").string());
+    EXPECT_EQ(info.status, 0) << info.out;
+    EXPECT_NE(info.out.find("phi3"), std::string::npos) << info.out;
 }

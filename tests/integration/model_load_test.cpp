@@ -294,3 +294,10 @@ TEST_F(ModelLoad, HyperparametersLlamaCppAssertsOnAreRejectedFirst) {
     gguf_free(g);
     EXPECT_EQ(load_error(p), ErrorCode::invalid_model_file);
 }
+
+TEST_F(ModelLoad, VocabularyOnlyFileNeedsVocabOnly) {
+    auto m = Model::load(test::shared_model("vocab/ggml-vocab-phi-3.gguf"));
+    ASSERT_FALSE(m);
+    EXPECT_EQ(m.error().code, ErrorCode::invalid_model_file);
+    EXPECT_NE(m.error().message.find("vocab_only"), std::string::npos);
+}
