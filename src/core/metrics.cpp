@@ -124,14 +124,21 @@ Result<MetricsRegistry::Family*> MetricsRegistry::family(const std::string& name
     return &f;
 }
 
+// The metric for `labels` in one of a family's maps, created on first use.
+template <typename Metric, typename... Args>
+Metric* child(std::map<Labels, std::unique_ptr<Metric>>& children, const Labels& labels,
+              Args&&... args) {
+    auto& slot = children[labels];
+    if (!slot) slot = std::make_unique<Metric>(std::forward<Args>(args)...);
+    return slot.get();
+}
+
 Result<Counter*> MetricsRegistry::counter(const std::string& name, const std::string& help,
                                           const Labels& labels) {
     std::lock_guard lock(mutex_);
     auto f = family(name, Kind::counter, help, {}, labels);
     if (!f) return std::unexpected(f.error());
-    auto& slot = (*f)->counters[labels];
-    if (!slot) slot = std::make_unique<Counter>();
-    return slot.get();
+    return child((*f)->counters, labels);
 }
 
 Result<Gauge*> MetricsRegistry::gauge(const std::string& name, const std::string& help,
@@ -139,9 +146,7 @@ Result<Gauge*> MetricsRegistry::gauge(const std::string& name, const std::string
     std::lock_guard lock(mutex_);
     auto f = family(name, Kind::gauge, help, {}, labels);
     if (!f) return std::unexpected(f.error());
-    auto& slot = (*f)->gauges[labels];
-    if (!slot) slot = std::make_unique<Gauge>();
-    return slot.get();
+    return child((*f)->gauges, labels);
 }
 
 Result<Histogram*> MetricsRegistry::histogram(const std::string& name, const std::string& help,
@@ -149,9 +154,7 @@ Result<Histogram*> MetricsRegistry::histogram(const std::string& name, const std
     std::lock_guard lock(mutex_);
     auto f = family(name, Kind::histogram, help, bounds, labels);
     if (!f) return std::unexpected(f.error());
-    auto& slot = (*f)->histograms[labels];
-    if (!slot) slot = std::make_unique<Histogram>(std::move(bounds));
-    return slot.get();
+    return child((*f)->histograms, labels, std::move(bounds));
 }
 
 std::string MetricsRegistry::prometheus_text() const {
