@@ -11,6 +11,8 @@ int main(int argc, char** argv) {
     using namespace llamapp::cli;
     CLI::App app{"llamapp: local LLM inference on llama.cpp"};
     app.require_subcommand(1);
+    app.set_version_flag("--version",
+                         [] { return "llamapp 0.1.0 on " + llamapp::llama_build_info(); });
     const std::map<std::string, Runner> runners = {
         {"run", add_run(app)},     {"info", add_info(app)},       {"tokenize", add_tokenize(app)},
         {"embed", add_embed(app)}, {"devices", add_devices(app)},

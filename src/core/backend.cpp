@@ -2,6 +2,7 @@
 
 #include <mutex>
 
+#include "build-info.h"
 #include "core/log_internal.hpp"
 #include "ggml-backend.h"
 #include "llama.h"
@@ -20,7 +21,7 @@ void ensure_backend() {
 
 std::string llama_build_info() {
     ensure_backend();
-    return std::string("llama.cpp ") + llama_version();
+    return std::string("llama.cpp ") + llama_version() + " (commit " + llama_commit() + ")";
 }
 
 }  // namespace llamapp

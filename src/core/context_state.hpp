@@ -23,7 +23,7 @@ struct LlamaContextDeleter {
 };
 
 struct LlamaBatch {
-    explicit LlamaBatch(int n) : batch(llama_batch_init(n, 0, 1)), capacity(n) {}
+    explicit LlamaBatch(int n) : batch(llama_batch_init(n, 0, 1)) {}
     ~LlamaBatch() { llama_batch_free(batch); }
     LlamaBatch(const LlamaBatch&) = delete;
     LlamaBatch& operator=(const LlamaBatch&) = delete;
@@ -38,7 +38,6 @@ struct LlamaBatch {
         batch.logits[i] = output;
     }
     llama_batch batch;
-    int capacity;
 };
 
 // What the abort callback checks; written by the thread that calls llama_decode, read by

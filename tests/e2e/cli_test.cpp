@@ -126,3 +126,9 @@ TEST(Cli, FailedLoadIsExactlyOneLine) {
     EXPECT_EQ(info.status, 0) << info.out;
     EXPECT_NE(info.out.find("phi3"), std::string::npos) << info.out;
 }
+
+TEST(Cli, VersionNamesThePinnedLlamaCpp) {
+    CliRun r = run("--version", false);
+    EXPECT_EQ(r.status, 0);
+    EXPECT_NE(r.out.find("de3ff81"), std::string::npos) << r.out;
+}
