@@ -198,6 +198,8 @@ Result<Sampler> Sampler::create(const ModelState& model, const SamplingParams& p
 }
 
 void Sampler::accept_prompt(std::span<const Token> tokens) {
+    // Plain greedy has no penalties, so the chain's token history would never be read.
+    if (argmax_) return;
     for (Token t : tokens) common_sampler_accept(sampler_.get(), t, /*is_generated=*/false);
 }
 
