@@ -27,6 +27,11 @@ enum class ErrorCode {
     io_error,              // reading or writing a file failed
     unsupported_operation,  // the operation is not valid for this model / context configuration
     internal,               // a bug: an invariant llamapp relies on did not hold
+    queue_full,             // the engine's request queue is at its bound; retry later
+    not_found,              // a named thing (session, request) does not exist
+    already_exists,         // a named thing (session) exists already
+    busy,                   // the target is in use (a session with a request in flight)
+    shutting_down,          // the engine is stopping and accepts no more work
 };
 
 // Stable snake_case name of a code, e.g. "file_not_found".

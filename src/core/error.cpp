@@ -38,6 +38,16 @@ std::string_view to_string(ErrorCode code) {
             return "unsupported_operation";
         case ErrorCode::internal:
             return "internal";
+        case ErrorCode::queue_full:
+            return "queue_full";
+        case ErrorCode::not_found:
+            return "not_found";
+        case ErrorCode::already_exists:
+            return "already_exists";
+        case ErrorCode::busy:
+            return "busy";
+        case ErrorCode::shutting_down:
+            return "shutting_down";
     }
     return "unknown";
 }

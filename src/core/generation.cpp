@@ -21,6 +21,22 @@ std::string_view to_string(FinishReason reason) {
     return "error";
 }
 
+namespace detail {
+
+Result<void> validate_prompt(const Model& model, std::span<const Token> prompt) {
+    if (prompt.empty()) return fail(ErrorCode::invalid_argument, "prompt is empty", "prompt");
+    const Tokenizer tokenizer = model.tokenizer();
+    for (Token t : prompt) {
+        if (!tokenizer.is_valid(t)) {
+            return fail(ErrorCode::invalid_argument, "prompt token id out of range",
+                        fmt::format("token={}, vocab={}", t, tokenizer.vocab_size()));
+        }
+    }
+    return {};
+}
+
+}  // namespace detail
+
 Result<void> GenerateOptions::validate() const {
     if (max_tokens == 0 || max_tokens < -1) {
         return fail(ErrorCode::invalid_argument, "max_tokens must be >= 1, or -1 for no limit",
@@ -47,23 +63,13 @@ Result<void> GenerateOptions::validate() const {
 namespace detail {
 
 GenerationRun::GenerationRun(ContextState& state, const GenerateOptions& options, Sampler sampler)
-    : state_(state),
-      options_(options),
-      sampler_(std::move(sampler)),
-      tokenizer_(state.model.tokenizer()),
-      detokenizer_(tokenizer_),
-      stops_(options.stop),
-      started_(Clock::now()) {
-    if (options.timeout.count() > 0) deadline_ = started_ + options.timeout;
+    : state_(state), reply_(state.model, options, std::move(sampler), Clock::now()) {
+    if (options.timeout.count() > 0) deadline_ = reply_.started() + options.timeout;
     state_.busy = true;
 }
 
 GenerationRun::~GenerationRun() {
     if (!finished_) finish(FinishReason::cancelled);
-}
-
-double GenerationRun::ms_since(Clock::time_point t) const {
-    return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
 }
 
 Result<std::unique_ptr<GenerationRun>> GenerationRun::start(ContextState& state,
@@ -83,14 +89,7 @@ Result<std::unique_ptr<GenerationRun>> GenerationRun::start(ContextState& state,
                     state.model.info().architecture);
     }
     if (auto ok = options.validate(); !ok) return std::unexpected(ok.error());
-    if (prompt.empty()) return fail(ErrorCode::invalid_argument, "prompt is empty", "prompt");
-    const Tokenizer tokenizer = state.model.tokenizer();
-    for (Token t : prompt) {
-        if (!tokenizer.is_valid(t)) {
-            return fail(ErrorCode::invalid_argument, "prompt token id out of range",
-                        fmt::format("token={}, vocab={}", t, tokenizer.vocab_size()));
-        }
-    }
+    if (auto ok = validate_prompt(state.model, prompt); !ok) return std::unexpected(ok.error());
     // Sequence 0's share of the cache (all of it unless several sequences split it).
     const int n_ctx = static_cast<int>(llama_n_ctx_seq(state.ctx.get()));
     if (static_cast<std::int64_t>(prompt.size()) >= n_ctx) {
@@ -123,7 +122,7 @@ Result<void> GenerationRun::prefill(const std::vector<Token>& prompt) {
     // Longest common prefix with what sequence 0 already holds; keep at least one prompt token
     // to decode so that fresh logits exist.
     std::size_t common = 0;
-    if (options_.reuse_prefix) {
+    if (reply_.options().reuse_prefix) {
         const std::size_t limit = std::min(s.cached.size(), prompt.size() - 1);
         while (common < limit && s.cached[common] == prompt[common]) ++common;
     }
@@ -139,9 +138,7 @@ Result<void> GenerationRun::prefill(const std::vector<Token>& prompt) {
     }
     if (common == 0) s.forget();
     s.cached.resize(common);
-    result_.usage.prompt_tokens = static_cast<int>(prompt.size());
-    result_.usage.cached_tokens = static_cast<int>(common);
-    sampler_.accept_prompt(prompt);
+    reply_.set_prompt(prompt, static_cast<int>(common));
 
     const int n_batch = static_cast<int>(llama_n_batch(s.ctx.get()));
     LlamaBatch batch(n_batch);
@@ -151,7 +148,7 @@ Result<void> GenerationRun::prefill(const std::vector<Token>& prompt) {
         for (std::size_t k = i; k < end; ++k) {
             batch.add(prompt[k], static_cast<int>(k), 0, k + 1 == prompt.size());
         }
-        if (auto ok = s.decode(batch.batch, &options_.cancel, deadline_); !ok) {
+        if (auto ok = s.decode(batch.batch, &reply_.options().cancel, deadline_); !ok) {
             s.forget();  // a partly written batch leaves the sequence in an unknown state
             return ok;
         }
@@ -160,10 +157,10 @@ Result<void> GenerationRun::prefill(const std::vector<Token>& prompt) {
         i = end;
     }
     logits_index_ = batch.batch.n_tokens - 1;
-    result_.timings.prefill_ms = ms_since(started_);
+    Timings& t = reply_.result().timings;
+    t.prefill_ms = ms_between(reply_.started(), Clock::now());
     const double computed = static_cast<double>(prompt.size() - common);
-    result_.timings.prefill_tokens_per_s =
-        result_.timings.prefill_ms > 0 ? computed * 1000.0 / result_.timings.prefill_ms : 0;
+    t.prefill_tokens_per_s = t.prefill_ms > 0 ? computed * 1000.0 / t.prefill_ms : 0;
     return {};
 }
 
@@ -171,19 +168,7 @@ void GenerationRun::finish(FinishReason reason, std::optional<Error> error) {
     if (finished_) return;
     finished_ = true;
     state_.busy = false;
-    result_.finish_reason = reason;
-    result_.error = std::move(error);
-    if (reason != FinishReason::stop || result_.stop_sequence.empty()) {
-        // Held-back bytes are released unless a stop string cut the text.
-        std::string tail = detokenizer_.flush();
-        auto step = stops_.feed(tail);
-        trailing_ = step.emit + (step.matched ? "" : stops_.flush());
-        result_.text += trailing_;
-    }
-    const double total = ms_since(started_);
-    result_.timings.total_ms = total;
-    result_.timings.decode_ms = decode_ms_;
-    result_.timings.decode_tokens_per_s = decode_ms_ > 0 ? decode_calls_ * 1000.0 / decode_ms_ : 0;
+    trailing_ += reply_.finish(reason, std::move(error));
 }
 
 bool GenerationRun::next(StreamPiece& piece) {
@@ -194,7 +179,7 @@ bool GenerationRun::next(StreamPiece& piece) {
         return true;
     }
     ContextState& s = state_;
-    if (options_.cancel.cancelled()) {
+    if (reply_.options().cancel.cancelled()) {
         finish(FinishReason::cancelled);
         return next(piece);
     }
@@ -207,10 +192,7 @@ bool GenerationRun::next(StreamPiece& piece) {
         const auto pos = static_cast<int>(s.cached.size());
         single_.clear();
         single_.add(*to_decode_, pos, 0, true);
-        const auto t0 = Clock::now();
-        auto ok = s.decode(single_.batch, &options_.cancel, deadline_);
-        decode_ms_ += ms_since(t0);
-        ++decode_calls_;
+        auto ok = s.decode(single_.batch, &reply_.options().cancel, deadline_);
         if (!ok) {
             if (s.can_trim)
                 llama_memory_seq_rm(s.memory(), 0, pos, -1);
@@ -228,55 +210,15 @@ bool GenerationRun::next(StreamPiece& piece) {
         logits_index_ = 0;
     }
 
-    auto sampled = sampler_.sample_and_accept(s.ctx.get(), logits_index_);
-    if (!sampled) {
-        finish(FinishReason::error, sampled.error());
-        return next(piece);
-    }
-    const Token token = *sampled;
-    if (result_.tokens.empty()) {
-        first_token_at_ = Clock::now();
-        result_.timings.ttft_ms = ms_since(started_);
-    }
-    piece.token = token;
-    if (options_.logprobs || options_.top_logprobs > 0) {
-        TokenLogprobs lp =
-            logprobs_from_logits(llama_get_logits_ith(s.ctx.get(), logits_index_),
-                                 tokenizer_.vocab_size(), token, options_.top_logprobs);
-        lp.chosen.piece = tokenizer_.piece(token, false).value_or("");
-        for (auto& alt : lp.top) alt.piece = tokenizer_.piece(alt.token, false).value_or("");
-        result_.logprobs.push_back(lp);
-        piece.logprobs = std::move(lp);
-    }
-
-    if (tokenizer_.is_end_of_generation(token) && !options_.ignore_eos) {
-        finish(FinishReason::stop);
-        piece.text.swap(trailing_);
+    auto step =
+        reply_.advance(s.ctx.get(), logits_index_, s.cached.size(), llama_n_ctx_seq(s.ctx.get()));
+    piece = std::move(step.piece);
+    if (step.finished) {
+        finished_ = true;
+        state_.busy = false;
         return true;
     }
-    result_.tokens.push_back(token);
-    result_.usage.completion_tokens = static_cast<int>(result_.tokens.size());
-    auto text = detokenizer_.push(token);
-    auto step = stops_.feed(text ? *text : std::string());
-    piece.text = step.emit;
-    result_.text += step.emit;
-    if (step.matched) {
-        result_.stop_sequence = step.stop;
-        finish(FinishReason::stop);
-        return true;
-    }
-    const bool at_max =
-        options_.max_tokens > 0 && result_.usage.completion_tokens >= options_.max_tokens;
-    // The sampled token still needs a position of its own to be decoded.
-    const bool ctx_full = s.cached.size() >= llama_n_ctx_seq(s.ctx.get());
-    if (at_max || ctx_full) {
-        // The last token is not fed back: its KV is not needed unless generation continues.
-        finish(FinishReason::length);
-        piece.text += trailing_;
-        trailing_.clear();
-        return true;
-    }
-    to_decode_ = token;
+    to_decode_ = step.feed_back;
     return true;
 }
 

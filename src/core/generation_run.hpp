@@ -7,8 +7,7 @@
 #include <vector>
 
 #include "core/context_state.hpp"
-#include "core/sampler.hpp"
-#include "core/stop_strings.hpp"
+#include "core/reply.hpp"
 #include "llamapp/generation.hpp"
 
 namespace llamapp::detail {
@@ -24,30 +23,20 @@ class GenerationRun {
     // Produces the next piece; false once finished (then result() is final).
     bool next(StreamPiece& piece);
     void cancel() { finish(FinishReason::cancelled); }
-    const Generation& result() const { return result_; }
+    const Generation& result() const { return reply_.result(); }
 
   private:
-    using Clock = std::chrono::steady_clock;
+    using Clock = Reply::Clock;
     GenerationRun(ContextState& state, const GenerateOptions& options, Sampler sampler);
     Result<void> prefill(const std::vector<Token>& prompt);
     void finish(FinishReason reason, std::optional<Error> error = std::nullopt);
-    double ms_since(Clock::time_point t) const;
 
     ContextState& state_;
-    GenerateOptions options_;
-    Sampler sampler_;
-    Tokenizer tokenizer_;
-    Detokenizer detokenizer_;
+    Reply reply_;
     LlamaBatch single_{1};  // reused for every one-token decode
-    StopMatcher stops_;
-    Generation result_;
-    Clock::time_point started_;
     Clock::time_point deadline_ = Clock::time_point::max();
-    Clock::time_point first_token_at_{};
     int logits_index_ = -1;           // output index holding the logits to sample from
     std::optional<Token> to_decode_;  // sampled but not yet fed back into the model
-    int decode_calls_ = 0;
-    double decode_ms_ = 0;
     bool finished_ = false;
     std::string trailing_;  // held-back text released when the run finishes
 };
