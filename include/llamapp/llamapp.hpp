@@ -2,10 +2,12 @@
 #pragma once
 
 #include "llamapp/backend.hpp"
+#include "llamapp/batch_strategy.hpp"
 #include "llamapp/cancellation.hpp"
 #include "llamapp/chat.hpp"
 #include "llamapp/context.hpp"
 #include "llamapp/embedding.hpp"
+#include "llamapp/engine.hpp"
 #include "llamapp/error.hpp"
 #include "llamapp/fingerprint.hpp"
 #include "llamapp/generation.hpp"
@@ -13,5 +15,6 @@
 #include "llamapp/log.hpp"
 #include "llamapp/metrics.hpp"
 #include "llamapp/model.hpp"
+#include "llamapp/request_handle.hpp"
 #include "llamapp/sampling.hpp"
 #include "llamapp/tokenizer.hpp"

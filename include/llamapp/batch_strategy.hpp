@@ -1,0 +1,51 @@
+// BatchStrategy: how the engine splits one decode call between running streams and prompts.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <span>
+#include <string_view>
+
+#include "llamapp/error.hpp"
+
+namespace llamapp {
+
+// One sequence that wants tokens in the next decode call.
+struct SequenceDemand {
+    int slot = 0;
+    bool decoding = false;  // has exactly one generated token to feed back
+    int prefill_left = 0;   // prompt tokens still to compute (0 while decoding)
+    std::chrono::steady_clock::time_point admitted;
+};
+
+struct BatchBudget {
+    int max_tokens = 0;           // tokens one decode call may hold (n_batch)
+    int prefill_chunk = 0;        // most prompt tokens one sequence gets per call
+    std::size_t queue_depth = 0;  // requests waiting for a slot, for adaptive strategies
+};
+
+// Called on the engine's decode thread only. plan() writes, for each demand, how many tokens it
+// gets this call: 0 or 1 for a decoding sequence, 0..min(prefill_left, prefill_chunk) for a
+// prefilling one. The engine clamps the plan to the budget, and if a plan gives nothing to
+// anybody it falls back to decode_maximal so that the engine always makes progress.
+class BatchStrategy {
+  public:
+    virtual ~BatchStrategy() = default;
+    virtual std::string_view name() const = 0;
+    virtual void plan(std::span<const SequenceDemand> demand, const BatchBudget& budget,
+                      std::span<int> take) = 0;
+};
+
+// Default: every running stream gets its token first, prompts share what is left. Streams never
+// wait more than one decode call behind a long prompt.
+std::shared_ptr<BatchStrategy> decode_maximal();
+// Prompts first (best throughput for batch jobs), streams fill what is left.
+std::shared_ptr<BatchStrategy> prefill_priority();
+// Half the budget each; what one side leaves unused flows to the other.
+std::shared_ptr<BatchStrategy> balanced();
+
+// "decode_maximal", "prefill_priority" or "balanced".
+Result<std::shared_ptr<BatchStrategy>> batch_strategy(std::string_view name);
+
+}  // namespace llamapp

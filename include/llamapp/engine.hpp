@@ -1,0 +1,150 @@
+// Engine: many callers share one model and one context through continuous batching.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "llamapp/batch_strategy.hpp"
+#include "llamapp/chat.hpp"
+#include "llamapp/context.hpp"
+#include "llamapp/error.hpp"
+#include "llamapp/metrics.hpp"
+#include "llamapp/model.hpp"
+#include "llamapp/request_handle.hpp"
+
+namespace llamapp {
+
+enum class LifecycleStage { admitted, first_token, finished, cancelled, rejected };
+std::string_view to_string(LifecycleStage stage);
+
+struct LifecycleEvent {
+    std::uint64_t request_id = 0;
+    LifecycleStage stage = LifecycleStage::admitted;
+    std::string_view session;
+    const Completion* completion = nullptr;  // finished and cancelled
+    const Error* error = nullptr;            // rejected
+};
+
+struct EngineOptions {
+    // The context all requests share. n_seq_max is the number of slots (parallel sequences);
+    // the KV cache is always unified so that slots can share prefixes and use the whole n_ctx.
+    ContextOptions context = default_context();
+    std::size_t max_queued_requests = 64;     // waiting for a slot; 0 = no request may wait
+    std::size_t max_queued_tokens = 1 << 20;  // prompt tokens of the waiting requests
+    int prefill_chunk = 512;                  // most prompt tokens one sequence gets per decode
+    std::shared_ptr<BatchStrategy> strategy;  // null = decode_maximal()
+    bool prefix_reuse = true;                 // live prefix reuse and cross-slot adoption
+    // A slot whose cached prefix covers less than this share of a prompt is not preferred over
+    // the least recently used one, so a short accidental match does not evict a long cache.
+    double min_prefix_similarity = 0.1;
+    // Copy a prefix from another slot only when it beats the chosen slot's own by this many.
+    int min_adopt_tokens = 16;
+    std::chrono::milliseconds queue_timeout{0};  // default queue-wait deadline (0 = none)
+    // Where the engine's metrics go (a new registry when null), and labels added to each.
+    std::shared_ptr<MetricsRegistry> metrics;
+    Labels metric_labels;
+    // Lifecycle hook for embedders' telemetry. Called on the decode thread (rejected: on the
+    // submitting thread); keep it quick and do not call back into the engine from it.
+    std::function<void(const LifecycleEvent&)> on_lifecycle;
+
+    static ContextOptions default_context() {
+        ContextOptions c;
+        c.n_ctx = 4096;
+        c.n_seq_max = 4;
+        return c;
+    }
+};
+
+struct EngineRequest {
+    std::vector<Token> prompt;  // tokenized by the caller (see the submit overloads)
+    // Sampling, limits, stop strings, log-probs, cancel token, and `timeout`: the total
+    // deadline measured from submit.
+    GenerateOptions options;
+    std::chrono::milliseconds queue_timeout{-1};  // -1 = the engine's default, 0 = none
+    std::string session;  // sticks the request to the session's sequence; created on first use
+};
+
+// What partial removal and sequence copy can do for this model, probed at engine start.
+struct ReuseModes {
+    bool trim_tail = false;    // a cached sequence can be cut back to a shorter prefix
+    bool copy_prefix = false;  // part of a sequence can be shared with another (unified KV)
+    bool copy_whole = false;   // a whole sequence can be copied (what fork needs)
+    int sliding_window = 0;    // > 0: reuse only while the window stays whole
+    std::string describe() const;
+};
+
+struct SessionInfo {
+    std::string id;
+    int slot = -1;
+    int cached_tokens = 0;
+    bool busy = false;
+    double idle_seconds = 0;
+};
+
+struct EngineStats {
+    int slots = 0;
+    int busy_slots = 0;
+    std::size_t queued_requests = 0;
+    std::size_t queued_tokens = 0;
+    std::int64_t kv_tokens = 0;  // tokens held over all sequences (shared cells count per seq)
+    int n_ctx = 0;
+};
+
+struct ChatSubmission {
+    RequestHandle handle;
+    ChatPrompt prompt;  // to parse the reply with ChatTemplate::parse
+};
+
+namespace detail {
+class Scheduler;
+}
+
+// Thread-safe: any thread may submit, cancel and manage sessions. One internal decode thread is
+// the only code that touches the llama.cpp context. Destroying the engine cancels what runs and
+// joins the thread.
+class Engine {
+  public:
+    static Result<Engine> create(const Model& model, EngineOptions options = {});
+
+    Engine(Engine&&) noexcept;
+    Engine& operator=(Engine&&) noexcept;
+    ~Engine();
+
+    // Pre-tokenized prompt. Everything is validated here, on the caller's thread (token ids,
+    // sampling, grammar, context size); over the queue bound it fails at once with queue_full.
+    Result<RequestHandle> submit(EngineRequest request);
+    // Text prompt, tokenized with request.options.tokenize on the caller's thread.
+    Result<RequestHandle> submit(std::string_view prompt, EngineRequest request);
+    // Chat messages rendered and tokenized on the caller's thread; the template's stop strings
+    // are added to the request's.
+    Result<ChatSubmission> submit_chat(const ChatTemplate& chat_template,
+                                       const std::vector<ChatMessage>& messages,
+                                       EngineRequest request, const ChatRenderOptions& render = {});
+
+    // Copies an idle session's sequence into a new session `to`, so that two continuations share
+    // the prefix. Errors: not_found, already_exists, busy (from is running, or no free slot).
+    Result<void> fork_session(const std::string& from, const std::string& to);
+    // Forgets a session and frees its sequence. Errors: not_found, busy (a request runs on it).
+    Result<void> end_session(const std::string& id);
+    std::vector<SessionInfo> sessions() const;
+
+    // Stops accepting work, lets what runs and waits finish for up to `grace`, cancels the rest
+    // and stops the decode thread. Later submits fail with shutting_down.
+    void shutdown(std::chrono::milliseconds grace = std::chrono::milliseconds{0});
+
+    const Model& model() const;
+    const ReuseModes& reuse_modes() const;
+    EngineStats stats() const;
+    MetricsRegistry& metrics() const;
+    int n_ctx() const;  // tokens one sequence may hold
+
+  private:
+    explicit Engine(std::unique_ptr<detail::Scheduler> scheduler);
+    std::unique_ptr<detail::Scheduler> scheduler_;
+};
+
+}  // namespace llamapp

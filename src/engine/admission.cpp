@@ -1,0 +1,285 @@
+// Slot choice, prefix reuse (own slot and adoption from another) and sessions.
+#include <algorithm>
+
+#include "core/log_internal.hpp"
+#include "engine/scheduler.hpp"
+
+namespace llamapp::detail {
+
+namespace {
+
+std::size_t common_prefix(const std::vector<Token>& a, const std::vector<Token>& b) {
+    const std::size_t n = std::min(a.size(), b.size());
+    std::size_t i = 0;
+    while (i < n && a[i] == b[i]) ++i;
+    return i;
+}
+
+}  // namespace
+
+ReuseModes probe_reuse_modes(ContextState& state) {
+    ReuseModes modes;
+    modes.sliding_window = state.model.info().sliding_window;
+    llama_memory_t mem = state.memory();
+    const int vocab = state.model.tokenizer().vocab_size();
+    if (!mem || vocab < 3) return modes;
+    LlamaBatch batch(3);
+    for (int i = 0; i < 3; ++i) batch.add(i, i, 0, i == 2);
+    if (llama_decode(state.ctx.get(), batch.batch) != 0) {
+        llama_memory_clear(mem, true);
+        return modes;
+    }
+    modes.trim_tail = llama_memory_seq_rm(mem, 0, 2, -1) && llama_memory_seq_pos_max(mem, 0) == 1;
+    if (llama_n_seq_max(state.ctx.get()) >= 2) {
+        const llama_pos last = llama_memory_seq_pos_max(mem, 0);
+        llama_memory_seq_cp(mem, 0, 1, -1, -1);
+        modes.copy_whole = llama_memory_seq_pos_max(mem, 1) == last;
+        llama_memory_seq_rm(mem, 1, -1, -1);
+        llama_memory_seq_cp(mem, 0, 1, 0, 1);
+        // A partial copy must hold exactly position 0; recurrent state copies whole or nothing.
+        modes.copy_prefix = modes.trim_tail && llama_memory_seq_pos_max(mem, 1) == 0 &&
+                            llama_memory_seq_pos_min(mem, 1) == 0;
+    }
+    llama_memory_clear(mem, true);
+    return modes;
+}
+
+void Scheduler::clear_sequence(Slot& slot) {
+    llama_memory_seq_rm(state_.memory(), slot.seq, -1, -1);
+    slot.cached.clear();
+}
+
+// How much of `from`'s cache a prompt can reuse: at most len-1 tokens so that fresh logits
+// exist, and on models that cannot trim only the whole cache as an exact prefix.
+std::size_t Scheduler::usable_prefix(const Slot& from, const std::vector<Token>& prompt) const {
+    if (prompt.empty()) return 0;
+    std::size_t n = std::min(common_prefix(from.cached, prompt), prompt.size() - 1);
+    if (!modes_.trim_tail && n != from.cached.size()) n = 0;
+    return n;
+}
+
+// Sliding-window caches drop cells: reuse is safe only while the window before `reused` is whole.
+bool Scheduler::window_intact(const Slot& slot, std::size_t reused) const {
+    if (modes_.sliding_window <= 0 || reused == 0) return true;
+    const llama_pos pos_min = llama_memory_seq_pos_min(state_.memory(), slot.seq);
+    return pos_min <=
+           std::max<llama_pos>(0, static_cast<llama_pos>(reused) - modes_.sliding_window);
+}
+
+Slot* Scheduler::choose_slot(const Pending& pending) {
+    const EngineRequest& req = pending.request;
+    if (!req.session.empty()) {
+        if (auto it = sessions_.find(req.session); it != sessions_.end()) {
+            Slot& pinned = slots_[static_cast<std::size_t>(it->second)];
+            return pinned.running ? nullptr : &pinned;  // waits for its own turn to finish
+        }
+    }
+    std::vector<Slot*> free;
+    for (auto& s : slots_) {
+        if (!s.running && s.session.empty()) free.push_back(&s);
+    }
+    if (free.empty()) {
+        // Reclaim the least recently used idle session; its next turn starts cold.
+        Slot* oldest = nullptr;
+        for (auto& s : slots_) {
+            if (!s.running && !s.session.empty() && (!oldest || s.last_used < oldest->last_used))
+                oldest = &s;
+        }
+        if (!oldest) return nullptr;
+        log(LogLevel::debug, "engine: reclaiming idle session '{}'", oldest->session);
+        sessions_.erase(oldest->session);
+        oldest->session.clear();
+        free.push_back(oldest);
+    }
+    Slot* chosen = nullptr;
+    if (options_.prefix_reuse && req.options.reuse_prefix) {
+        std::size_t best = 0;
+        for (Slot* s : free) {
+            const std::size_t n = usable_prefix(*s, req.prompt);
+            if (n > best) {
+                best = n;
+                chosen = s;
+            }
+        }
+        if (best == 0 || static_cast<double>(best) < options_.min_prefix_similarity *
+                                                         static_cast<double>(req.prompt.size()))
+            chosen = nullptr;
+    }
+    if (!chosen) {
+        chosen = *std::min_element(free.begin(), free.end(), [](const Slot* a, const Slot* b) {
+            return a->last_used < b->last_used;
+        });
+    }
+    if (!req.session.empty()) {
+        chosen->session = req.session;
+        sessions_[req.session] = chosen->seq;
+    }
+    return chosen;
+}
+
+void Scheduler::admit() {
+    for (auto it = queue_.begin(); it != queue_.end();) {
+        const bool any_idle =
+            std::any_of(slots_.begin(), slots_.end(), [](const Slot& s) { return !s.running; });
+        if (!any_idle) break;
+        Slot* slot = choose_slot(**it);
+        if (!slot) {
+            ++it;
+            continue;
+        }
+        auto pending = std::move(*it);
+        it = queue_.erase(it);
+        dequeued(*pending);
+        start_running(*slot, std::move(pending));
+    }
+}
+
+void Scheduler::start_running(Slot& slot, std::unique_ptr<Pending> pending) {
+    const auto now = Clock::now();
+    const std::vector<Token>& prompt = pending->request.prompt;
+    const bool reuse = options_.prefix_reuse && pending->request.options.reuse_prefix;
+    llama_memory_t mem = state_.memory();
+
+    std::size_t own = reuse ? usable_prefix(slot, prompt) : 0;
+    Slot* donor = nullptr;
+    std::size_t donated = 0;
+    if (reuse && (modes_.copy_prefix || modes_.copy_whole)) {
+        for (auto& other : slots_) {
+            if (&other == &slot || other.cached.empty()) continue;
+            std::size_t n = usable_prefix(other, prompt);
+            // Without partial copies only a whole sequence can be taken over.
+            if (!modes_.copy_prefix && n != other.cached.size()) n = 0;
+            if (n > donated) {
+                donated = n;
+                donor = &other;
+            }
+        }
+        if (donated < own + static_cast<std::size_t>(std::max(1, options_.min_adopt_tokens)))
+            donor = nullptr;
+    }
+
+    CacheInfo cache;
+    cache.slot = slot.seq;
+    if (donor) {
+        llama_memory_seq_rm(mem, slot.seq, -1, -1);
+        if (modes_.copy_prefix)
+            llama_memory_seq_cp(mem, donor->seq, slot.seq, 0, static_cast<llama_pos>(donated));
+        else
+            llama_memory_seq_cp(mem, donor->seq, slot.seq, -1, -1);
+        slot.cached.assign(prompt.begin(), prompt.begin() + static_cast<std::ptrdiff_t>(donated));
+        cache.reused_tokens = static_cast<int>(donated);
+        cache.source = ReuseSource::other_slot;
+    } else if (own > 0) {
+        if (own < slot.cached.size() &&
+            !llama_memory_seq_rm(mem, slot.seq, static_cast<llama_pos>(own), -1)) {
+            own = 0;
+        }
+        slot.cached.resize(own);
+        cache.reused_tokens = static_cast<int>(own);
+        cache.source = own > 0 ? ReuseSource::same_slot : ReuseSource::none;
+    }
+    if (cache.reused_tokens == 0 || !window_intact(slot, slot.cached.size())) {
+        clear_sequence(slot);
+        cache.reused_tokens = 0;
+        cache.source = ReuseSource::none;
+    }
+
+    auto r = std::make_unique<Running>();
+    r->pending = std::move(pending);
+    r->next_prompt = slot.cached.size();
+    r->cache = cache;
+    r->admitted = now;
+    r->queue_ms = ms_between(r->pending->submitted, now);
+    r->reply().set_prompt(prompt, cache.reused_tokens);
+    metrics_.prompt_tokens->inc(static_cast<double>(prompt.size()));
+    metrics_.count_reuse(cache.source, cache.reused_tokens);
+    metrics_.queue_wait->observe(r->queue_ms / 1000.0);
+    slot.last_used = now;
+    LifecycleEvent e;
+    e.request_id = r->pending->id;
+    e.stage = LifecycleStage::admitted;
+    e.session = r->pending->request.session;
+    notify(e);
+    slot.running = std::move(r);
+}
+
+// ---- sessions (decode thread) -----------------------------------------------------------------
+
+Result<void> Scheduler::fork(const std::string& from, const std::string& to) {
+    auto it = sessions_.find(from);
+    if (it == sessions_.end()) return fail(ErrorCode::not_found, "no such session", from);
+    if (sessions_.contains(to)) return fail(ErrorCode::already_exists, "session exists", to);
+    if (!modes_.copy_whole) {
+        return fail(ErrorCode::unsupported_operation, "this model cannot copy a sequence",
+                    modes_.describe());
+    }
+    Slot& source = slots_[static_cast<std::size_t>(it->second)];
+    if (source.running) return fail(ErrorCode::busy, "the session has a request running", from);
+    Slot* target = nullptr;
+    for (auto& s : slots_) {
+        if (&s != &source && !s.running && s.session.empty() &&
+            (!target || s.last_used < target->last_used))
+            target = &s;
+    }
+    if (!target) {
+        for (auto& s : slots_) {
+            if (&s != &source && !s.running && !s.session.empty() &&
+                (!target || s.last_used < target->last_used))
+                target = &s;
+        }
+        if (!target) return fail(ErrorCode::busy, "no free sequence for the fork", to);
+        sessions_.erase(target->session);
+    }
+    llama_memory_t mem = state_.memory();
+    llama_memory_seq_rm(mem, target->seq, -1, -1);
+    llama_memory_seq_cp(mem, source.seq, target->seq, -1, -1);
+    target->cached = source.cached;
+    target->session = to;
+    target->last_used = Clock::now();
+    sessions_[to] = target->seq;
+    return {};
+}
+
+Result<void> Scheduler::end(const std::string& id) {
+    auto it = sessions_.find(id);
+    if (it == sessions_.end()) return fail(ErrorCode::not_found, "no such session", id);
+    Slot& slot = slots_[static_cast<std::size_t>(it->second)];
+    if (slot.running) return fail(ErrorCode::busy, "the session has a request running", id);
+    clear_sequence(slot);
+    slot.session.clear();
+    sessions_.erase(it);
+    return {};
+}
+
+std::vector<SessionInfo> Scheduler::list_sessions() const {
+    std::vector<SessionInfo> out;
+    const auto now = Clock::now();
+    for (const auto& [id, index] : sessions_) {
+        const Slot& s = slots_[static_cast<std::size_t>(index)];
+        SessionInfo info;
+        info.id = id;
+        info.slot = s.seq;
+        info.cached_tokens = static_cast<int>(s.cached.size());
+        info.busy = s.running != nullptr;
+        info.idle_seconds =
+            s.running ? 0 : std::chrono::duration<double>(now - s.last_used).count();
+        out.push_back(std::move(info));
+    }
+    std::sort(out.begin(), out.end(),
+              [](const SessionInfo& a, const SessionInfo& b) { return a.id < b.id; });
+    return out;
+}
+
+}  // namespace llamapp::detail
+
+namespace llamapp {
+
+std::string ReuseModes::describe() const {
+    std::string out = trim_tail ? "trim" : "exact-extension-only";
+    if (copy_prefix) out += ", copy-prefix";
+    if (copy_whole) out += ", copy-whole";
+    if (sliding_window > 0) out += fmt::format(", sliding-window={}", sliding_window);
+    return out;
+}
+
+}  // namespace llamapp

@@ -1,0 +1,102 @@
+#include "llamapp/batch_strategy.hpp"
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+namespace llamapp {
+
+namespace {
+
+// Gives each decoding sequence its token while budget lasts; returns the budget left.
+int take_decodes(std::span<const SequenceDemand> demand, int budget, std::span<int> take) {
+    for (std::size_t i = 0; i < demand.size() && budget > 0; ++i) {
+        if (demand[i].decoding) {
+            take[i] = 1;
+            --budget;
+        }
+    }
+    return budget;
+}
+
+// Gives prompts chunks in admission order (oldest first) while budget lasts.
+int take_prefills(std::span<const SequenceDemand> demand, int budget, int chunk,
+                  std::span<int> take) {
+    std::vector<std::size_t> order;
+    for (std::size_t i = 0; i < demand.size(); ++i) {
+        if (!demand[i].decoding && demand[i].prefill_left > 0) order.push_back(i);
+    }
+    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+        return demand[a].admitted < demand[b].admitted;
+    });
+    for (std::size_t i : order) {
+        if (budget <= 0) break;
+        const int n = std::min({demand[i].prefill_left, chunk, budget});
+        take[i] = n;
+        budget -= n;
+    }
+    return budget;
+}
+
+class DecodeMaximal final : public BatchStrategy {
+  public:
+    std::string_view name() const override { return "decode_maximal"; }
+    void plan(std::span<const SequenceDemand> demand, const BatchBudget& budget,
+              std::span<int> take) override {
+        const int left = take_decodes(demand, budget.max_tokens, take);
+        take_prefills(demand, left, budget.prefill_chunk, take);
+    }
+};
+
+class PrefillPriority final : public BatchStrategy {
+  public:
+    std::string_view name() const override { return "prefill_priority"; }
+    void plan(std::span<const SequenceDemand> demand, const BatchBudget& budget,
+              std::span<int> take) override {
+        const int left = take_prefills(demand, budget.max_tokens, budget.prefill_chunk, take);
+        take_decodes(demand, left, take);
+    }
+};
+
+class Balanced final : public BatchStrategy {
+  public:
+    std::string_view name() const override { return "balanced"; }
+    void plan(std::span<const SequenceDemand> demand, const BatchBudget& budget,
+              std::span<int> take) override {
+        const int half = budget.max_tokens / 2;
+        const int decode_left = take_decodes(demand, std::max(1, half), take);
+        const int used_by_decode = std::max(1, half) - decode_left;
+        const int prefill_left =
+            take_prefills(demand, budget.max_tokens - used_by_decode, budget.prefill_chunk, take);
+        // Streams that did not fit in their half take what the prompts left unused.
+        int extra = prefill_left;
+        for (std::size_t i = 0; i < demand.size() && extra > 0; ++i) {
+            if (demand[i].decoding && take[i] == 0) {
+                take[i] = 1;
+                --extra;
+            }
+        }
+    }
+};
+
+}  // namespace
+
+std::shared_ptr<BatchStrategy> decode_maximal() {
+    return std::make_shared<DecodeMaximal>();
+}
+std::shared_ptr<BatchStrategy> prefill_priority() {
+    return std::make_shared<PrefillPriority>();
+}
+std::shared_ptr<BatchStrategy> balanced() {
+    return std::make_shared<Balanced>();
+}
+
+Result<std::shared_ptr<BatchStrategy>> batch_strategy(std::string_view name) {
+    if (name == "decode_maximal") return decode_maximal();
+    if (name == "prefill_priority") return prefill_priority();
+    if (name == "balanced") return balanced();
+    return fail(ErrorCode::invalid_argument, "unknown batch strategy '" + std::string(name) + "'",
+                "allowed: decode_maximal, prefill_priority, balanced");
+}
+
+}  // namespace llamapp

@@ -1,0 +1,184 @@
+// Engine facade: validation and tokenization on the caller's thread, then the scheduler.
+#include "llamapp/engine.hpp"
+
+#include <fmt/core.h>
+
+#include <algorithm>
+
+#include "core/model_state.hpp"
+#include "engine/scheduler.hpp"
+
+namespace llamapp {
+
+std::string_view to_string(LifecycleStage stage) {
+    switch (stage) {
+        case LifecycleStage::admitted:
+            return "admitted";
+        case LifecycleStage::first_token:
+            return "first_token";
+        case LifecycleStage::finished:
+            return "finished";
+        case LifecycleStage::cancelled:
+            return "cancelled";
+        case LifecycleStage::rejected:
+            return "rejected";
+    }
+    return "rejected";
+}
+
+namespace {
+
+Result<void> validate(const EngineOptions& o) {
+    if (o.max_queued_requests < 1)
+        return fail(ErrorCode::invalid_argument, "max_queued_requests must be >= 1",
+                    "max_queued_requests");
+    if (o.max_queued_tokens < 1)
+        return fail(ErrorCode::invalid_argument, "max_queued_tokens must be >= 1",
+                    "max_queued_tokens");
+    if (o.prefill_chunk < 1)
+        return fail(ErrorCode::invalid_argument, "prefill_chunk must be >= 1", "prefill_chunk");
+    if (!(o.min_prefix_similarity >= 0 && o.min_prefix_similarity <= 1))
+        return fail(ErrorCode::invalid_argument, "min_prefix_similarity must be in [0, 1]",
+                    "min_prefix_similarity");
+    if (o.min_adopt_tokens < 0)
+        return fail(ErrorCode::invalid_argument, "min_adopt_tokens must be >= 0",
+                    "min_adopt_tokens");
+    if (o.queue_timeout.count() < 0)
+        return fail(ErrorCode::invalid_argument, "queue_timeout must be >= 0", "queue_timeout");
+    if (o.context.embeddings)
+        return fail(ErrorCode::invalid_argument, "an engine generates text; embeddings is set",
+                    "embeddings");
+    return {};
+}
+
+}  // namespace
+
+Engine::Engine(std::unique_ptr<detail::Scheduler> scheduler) : scheduler_(std::move(scheduler)) {}
+Engine::Engine(Engine&&) noexcept = default;
+Engine& Engine::operator=(Engine&&) noexcept = default;
+Engine::~Engine() = default;
+
+Result<Engine> Engine::create(const Model& model, EngineOptions options) {
+    if (auto ok = validate(options); !ok) return std::unexpected(ok.error());
+    options.context.kv_unified = true;  // slots share prefixes and the whole cache
+    auto context = Context::create(model, options.context);
+    if (!context) return std::unexpected(context.error());
+    if (!context->state().memory()) {
+        return fail(ErrorCode::unsupported_operation,
+                    "this model has no KV cache and cannot generate text",
+                    model.info().architecture);
+    }
+    if (!options.metrics) options.metrics = std::make_shared<MetricsRegistry>();
+    auto metrics = detail::EngineMetrics::create(options.metrics, options.metric_labels);
+    if (!metrics) return std::unexpected(metrics.error());
+    ReuseModes modes = detail::probe_reuse_modes(context->state());
+    auto scheduler = std::make_unique<detail::Scheduler>(std::move(*context), std::move(options),
+                                                         std::move(*metrics), std::move(modes));
+    scheduler->start();
+    return Engine(std::move(scheduler));
+}
+
+Result<RequestHandle> Engine::submit(EngineRequest request) {
+    detail::Scheduler& s = *scheduler_;
+    const auto submitted = detail::Reply::Clock::now();
+    auto reject = [&](Error error) -> Result<RequestHandle> {
+        s.metrics().count_rejected();
+        LifecycleEvent e;
+        e.stage = LifecycleStage::rejected;
+        e.session = request.session;
+        e.error = &error;
+        s.notify(e);
+        return std::unexpected(std::move(error));
+    };
+    const GenerateOptions& o = request.options;
+    if (auto ok = o.validate(); !ok) return reject(ok.error());
+    if (auto ok = detail::validate_prompt(s.model(), request.prompt); !ok)
+        return reject(ok.error());
+    if (static_cast<std::int64_t>(request.prompt.size()) >= s.n_ctx_seq()) {
+        return reject(
+            Error{ErrorCode::context_overflow, "prompt does not fit in the context window",
+                  fmt::format("prompt tokens={}, n_ctx={}", request.prompt.size(), s.n_ctx_seq())});
+    }
+    if (request.queue_timeout.count() < -1) {
+        return reject(
+            Error{ErrorCode::invalid_argument, "queue_timeout must be >= -1", "queue_timeout"});
+    }
+    auto sampler =
+        detail::Sampler::create(*s.model().state(), o.sampling, o.ignore_eos, s.n_ctx_seq());
+    if (!sampler) return reject(sampler.error());
+
+    auto pending = std::make_unique<detail::Pending>();
+    pending->id = s.next_id();
+    pending->submitted = submitted;
+    pending->reply = std::make_unique<detail::Reply>(s.model(), o, std::move(*sampler), submitted);
+    const auto queue_timeout =
+        request.queue_timeout.count() < 0 ? s.options().queue_timeout : request.queue_timeout;
+    if (queue_timeout.count() > 0) pending->queue_deadline = submitted + queue_timeout;
+    if (o.timeout.count() > 0) pending->deadline = submitted + o.timeout;
+    pending->channel = std::make_shared<detail::RequestChannel>(pending->id, o.cancel, s.inbox());
+    pending->request = std::move(request);
+    auto channel = pending->channel;
+    if (auto ok = s.enqueue(std::move(pending)); !ok) return reject(ok.error());
+    return RequestHandle(std::move(channel));
+}
+
+Result<RequestHandle> Engine::submit(std::string_view prompt, EngineRequest request) {
+    if (prompt.empty()) return fail(ErrorCode::invalid_argument, "prompt is empty", "prompt");
+    auto tokens = model().tokenizer().encode(prompt, request.options.tokenize);
+    if (!tokens) return std::unexpected(tokens.error());
+    request.prompt = std::move(*tokens);
+    return submit(std::move(request));
+}
+
+Result<ChatSubmission> Engine::submit_chat(const ChatTemplate& chat_template,
+                                           const std::vector<ChatMessage>& messages,
+                                           EngineRequest request, const ChatRenderOptions& render) {
+    auto prompt = chat_template.render(messages, render);
+    if (!prompt) return std::unexpected(prompt.error());
+    request.prompt = prompt->tokens;
+    auto& stop = request.options.stop;
+    for (const auto& s : prompt->stop) {
+        if (std::find(stop.begin(), stop.end(), s) == stop.end()) stop.push_back(s);
+    }
+    auto handle = submit(std::move(request));
+    if (!handle) return std::unexpected(handle.error());
+    return ChatSubmission{std::move(*handle), std::move(*prompt)};
+}
+
+Result<void> Engine::fork_session(const std::string& from, const std::string& to) {
+    if (from.empty() || to.empty())
+        return fail(ErrorCode::invalid_argument, "session ids must not be empty", "session");
+    return scheduler_->on_decode_thread<void>([&] { return scheduler_->fork(from, to); });
+}
+
+Result<void> Engine::end_session(const std::string& id) {
+    return scheduler_->on_decode_thread<void>([&] { return scheduler_->end(id); });
+}
+
+std::vector<SessionInfo> Engine::sessions() const {
+    auto list = scheduler_->on_decode_thread<std::vector<SessionInfo>>(
+        [&]() -> Result<std::vector<SessionInfo>> { return scheduler_->list_sessions(); });
+    return list ? std::move(*list) : std::vector<SessionInfo>{};
+}
+
+void Engine::shutdown(std::chrono::milliseconds grace) {
+    scheduler_->shutdown(grace);
+}
+
+const Model& Engine::model() const {
+    return scheduler_->model();
+}
+const ReuseModes& Engine::reuse_modes() const {
+    return scheduler_->modes();
+}
+EngineStats Engine::stats() const {
+    return scheduler_->stats();
+}
+MetricsRegistry& Engine::metrics() const {
+    return *scheduler_->metrics().registry;
+}
+int Engine::n_ctx() const {
+    return scheduler_->n_ctx_seq();
+}
+
+}  // namespace llamapp

@@ -1,0 +1,130 @@
+#include "engine/engine_metrics.hpp"
+
+namespace llamapp::detail {
+
+namespace {
+
+Labels with(Labels labels, const char* key, const char* value) {
+    labels.emplace_back(key, value);
+    return labels;
+}
+
+std::vector<double> token_latency_buckets() {
+    return {0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5};
+}
+
+std::vector<double> batch_size_buckets() {
+    return {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048};
+}
+
+}  // namespace
+
+Result<EngineMetrics> EngineMetrics::create(std::shared_ptr<MetricsRegistry> registry,
+                                            const Labels& labels) {
+    EngineMetrics m;
+    m.registry = registry;
+    MetricsRegistry& r = *registry;
+    bool ok = true;
+    Error first;
+    auto keep = [&](auto result, auto*& into) {
+        if (result) {
+            into = *result;
+        } else if (ok) {
+            ok = false;
+            first = result.error();
+        }
+    };
+    const std::string requests_help = "Requests finished, by outcome";
+    auto outcome = [&](const char* name, Counter*& into) {
+        keep(r.counter("llamapp_requests_total", requests_help, with(labels, "outcome", name)),
+             into);
+    };
+    outcome("stop", m.stop);
+    outcome("length", m.length);
+    outcome("cancelled", m.cancelled);
+    outcome("timeout", m.timed_out);
+    outcome("error", m.failed);
+    outcome("rejected", m.rejected);
+    keep(r.counter("llamapp_prompt_tokens_total", "Prompt tokens of admitted requests", labels),
+         m.prompt_tokens);
+    keep(r.counter("llamapp_prompt_tokens_cached_total",
+                   "Prompt tokens whose KV was reused instead of computed", labels),
+         m.cached_tokens);
+    keep(r.counter("llamapp_generated_tokens_total", "Tokens sampled", labels), m.generated_tokens);
+    keep(r.counter("llamapp_decode_calls_total", "llama_decode calls", labels), m.decode_calls);
+    keep(r.counter("llamapp_decoded_tokens_total", "Tokens (batch rows) sent to llama_decode",
+                   labels),
+         m.decoded_tokens);
+    keep(r.counter("llamapp_kv_pressure_total", "Decode calls that found no room in the KV cache",
+                   labels),
+         m.kv_pressure);
+    const std::string reuse_help = "Admitted requests by where their prompt prefix came from";
+    keep(r.counter("llamapp_prefix_reuse_total", reuse_help, with(labels, "source", "none")),
+         m.reuse_none);
+    keep(r.counter("llamapp_prefix_reuse_total", reuse_help, with(labels, "source", "same_slot")),
+         m.reuse_same);
+    keep(r.counter("llamapp_prefix_reuse_total", reuse_help, with(labels, "source", "other_slot")),
+         m.reuse_other);
+    keep(r.gauge("llamapp_kv_cache_tokens",
+                 "Tokens held in the KV cache over all sequences (shared cells count per sequence)",
+                 labels),
+         m.kv_tokens);
+    keep(r.gauge("llamapp_kv_cache_capacity_tokens", "KV cache cells", labels), m.kv_capacity);
+    keep(r.gauge("llamapp_queue_depth", "Requests waiting for a slot", labels), m.queue_depth);
+    keep(r.gauge("llamapp_busy_slots", "Slots running a request", labels), m.busy_slots);
+    keep(r.histogram("llamapp_time_to_first_token_seconds", "From submit to the first token",
+                     latency_buckets(), labels),
+         m.ttft);
+    keep(r.histogram("llamapp_inter_token_latency_seconds", "Between consecutive tokens",
+                     token_latency_buckets(), labels),
+         m.inter_token);
+    keep(r.histogram("llamapp_request_duration_seconds", "From submit to the final event",
+                     latency_buckets(), labels),
+         m.end_to_end);
+    keep(r.histogram("llamapp_queue_wait_seconds", "From submit to admission into a slot",
+                     latency_buckets(), labels),
+         m.queue_wait);
+    keep(r.histogram("llamapp_batch_size_tokens", "Tokens per llama_decode call",
+                     batch_size_buckets(), labels),
+         m.batch_size);
+    if (!ok) return std::unexpected(first);
+    return m;
+}
+
+void EngineMetrics::count_outcome(const Generation& g) {
+    switch (g.finish_reason) {
+        case FinishReason::stop:
+            stop->inc();
+            break;
+        case FinishReason::length:
+            length->inc();
+            break;
+        case FinishReason::cancelled:
+            if (g.error && g.error->code == ErrorCode::timeout)
+                timed_out->inc();
+            else
+                cancelled->inc();
+            break;
+        case FinishReason::error:
+            failed->inc();
+            break;
+    }
+    generated_tokens->inc(g.usage.completion_tokens);
+}
+
+void EngineMetrics::count_reuse(ReuseSource source, int tokens) {
+    switch (source) {
+        case ReuseSource::none:
+            reuse_none->inc();
+            break;
+        case ReuseSource::same_slot:
+            reuse_same->inc();
+            break;
+        case ReuseSource::other_slot:
+            reuse_other->inc();
+            break;
+    }
+    cached_tokens->inc(tokens);
+}
+
+}  // namespace llamapp::detail

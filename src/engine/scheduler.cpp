@@ -1,0 +1,301 @@
+#include "engine/scheduler.hpp"
+
+#include <algorithm>
+
+#include "core/log_internal.hpp"
+
+namespace llamapp::detail {
+
+Scheduler::Scheduler(Context context, EngineOptions options, EngineMetrics metrics,
+                     ReuseModes modes)
+    : context_(std::move(context)),
+      state_(context_.state()),
+      options_(std::move(options)),
+      metrics_(std::move(metrics)),
+      modes_(std::move(modes)),
+      n_ctx_seq_(static_cast<int>(llama_n_ctx_seq(state_.ctx.get()))),
+      n_batch_(static_cast<int>(llama_n_batch(state_.ctx.get()))),
+      inbox_(std::make_shared<Inbox>()),
+      batch_(n_batch_) {
+    if (!options_.strategy) options_.strategy = decode_maximal();
+    const int n_slots = static_cast<int>(llama_n_seq_max(state_.ctx.get()));
+    slots_.resize(static_cast<std::size_t>(n_slots));
+    for (int i = 0; i < n_slots; ++i) slots_[static_cast<std::size_t>(i)].seq = i;
+    metrics_.kv_capacity->set(static_cast<double>(llama_n_ctx(state_.ctx.get())));
+}
+
+Scheduler::~Scheduler() {
+    shutdown(std::chrono::milliseconds{0});
+}
+
+void Scheduler::start() {
+    thread_ = std::thread([this] { loop(); });
+}
+
+void Scheduler::notify(const LifecycleEvent& event) const {
+    if (!options_.on_lifecycle) return;
+    try {
+        options_.on_lifecycle(event);
+    } catch (...) {
+        log(LogLevel::warning, "engine: a lifecycle callback threw; ignored");
+    }
+}
+
+Result<void> Scheduler::enqueue(std::unique_ptr<Pending> pending) {
+    const std::size_t tokens = pending->request.prompt.size();
+    {
+        std::lock_guard lock(inbox_->mutex);
+        if (!inbox_->accepting) {
+            return fail(ErrorCode::shutting_down, "the engine is shutting down");
+        }
+        if (inbox_->queued_requests >= options_.max_queued_requests) {
+            return fail(ErrorCode::queue_full, "too many requests are waiting",
+                        fmt::format("max_queued_requests={}", options_.max_queued_requests));
+        }
+        // One request alone may exceed the token bound, or a long prompt could never run.
+        if (inbox_->queued_tokens > 0 &&
+            inbox_->queued_tokens + tokens > options_.max_queued_tokens) {
+            return fail(ErrorCode::queue_full, "too many prompt tokens are waiting",
+                        fmt::format("max_queued_tokens={}", options_.max_queued_tokens));
+        }
+        ++inbox_->queued_requests;
+        inbox_->queued_tokens += tokens;
+        inbox_->submitted.push_back(std::move(pending));
+        inbox_->dirty = true;
+    }
+    {
+        std::lock_guard lock(idle_mutex_);
+        is_idle_ = false;
+    }
+    inbox_->wake.notify_one();
+    return {};
+}
+
+void Scheduler::shutdown(std::chrono::milliseconds grace) {
+    {
+        std::lock_guard lock(inbox_->mutex);
+        inbox_->accepting = false;
+    }
+    if (grace.count() > 0) {
+        std::unique_lock lock(idle_mutex_);
+        idle_.wait_for(lock, grace, [&] { return is_idle_; });
+    }
+    {
+        std::lock_guard lock(inbox_->mutex);
+        inbox_->stop = true;
+        inbox_->dirty = true;
+    }
+    stop_decoding_.cancel();
+    inbox_->wake.notify_one();
+    if (thread_.joinable()) thread_.join();
+}
+
+EngineStats Scheduler::stats() const {
+    EngineStats s;
+    s.slots = static_cast<int>(slots_.size());
+    s.busy_slots = busy_slots_.load(std::memory_order_relaxed);
+    s.kv_tokens = kv_tokens_.load(std::memory_order_relaxed);
+    s.n_ctx = n_ctx_seq_;
+    std::lock_guard lock(inbox_->mutex);
+    s.queued_requests = inbox_->queued_requests;
+    s.queued_tokens = inbox_->queued_tokens;
+    return s;
+}
+
+// ---- the loop -------------------------------------------------------------------------------
+
+void Scheduler::loop() {
+    while (take_inbox()) {
+        reap();
+        admit();
+        publish_gauges();
+        const bool running = std::any_of(slots_.begin(), slots_.end(),
+                                         [](const Slot& s) { return s.running != nullptr; });
+        if (running) {
+            tick();
+            continue;
+        }
+        // Idle: sleep until something arrives, or until the nearest queue deadline.
+        auto until = Clock::time_point::max();
+        for (const auto& p : queue_) until = std::min({until, p->queue_deadline, p->deadline});
+        if (queue_.empty()) {
+            std::lock_guard lock(idle_mutex_);
+            is_idle_ = true;
+            idle_.notify_all();
+        }
+        std::unique_lock lock(inbox_->mutex);
+        auto woken = [&] { return inbox_->dirty || inbox_->stop; };
+        if (until == Clock::time_point::max())
+            inbox_->wake.wait(lock, woken);
+        else
+            inbox_->wake.wait_until(lock, until, woken);
+    }
+    // Shutdown: whatever still runs or waits ends as cancelled.
+    const Error stopped{ErrorCode::shutting_down, "the engine shut down", {}};
+    for (auto& slot : slots_) {
+        if (slot.running) finish(slot, FinishReason::cancelled, stopped);
+    }
+    std::deque<std::function<void()>> commands;
+    {
+        std::lock_guard lock(inbox_->mutex);
+        for (auto& p : inbox_->submitted) queue_.push_back(std::move(p));
+        inbox_->submitted.clear();
+        commands.swap(inbox_->commands);
+    }
+    while (!queue_.empty()) {
+        auto p = std::move(queue_.front());
+        queue_.pop_front();
+        dequeued(*p);
+        finish_queued(std::move(p), stopped);
+    }
+    for (auto& c : commands) c();
+    publish_gauges();
+    std::lock_guard lock(idle_mutex_);
+    is_idle_ = true;
+    idle_.notify_all();
+}
+
+bool Scheduler::take_inbox() {
+    std::deque<std::function<void()>> commands;
+    {
+        std::lock_guard lock(inbox_->mutex);
+        if (inbox_->stop) return false;
+        for (auto& p : inbox_->submitted) queue_.push_back(std::move(p));
+        inbox_->submitted.clear();
+        commands.swap(inbox_->commands);
+        inbox_->dirty = false;
+    }
+    for (auto& c : commands) c();
+    return true;
+}
+
+void Scheduler::dequeued(const Pending& pending) {
+    std::lock_guard lock(inbox_->mutex);
+    --inbox_->queued_requests;
+    inbox_->queued_tokens -= pending.request.prompt.size();
+}
+
+void Scheduler::reap() {
+    const auto now = Clock::now();
+    for (auto it = queue_.begin(); it != queue_.end();) {
+        Pending& p = **it;
+        std::optional<Error> why;
+        bool stop = false;
+        if (p.channel->cancel.cancelled()) {
+            stop = true;
+        } else if (now > p.queue_deadline) {
+            stop = true;
+            why = Error{ErrorCode::timeout, "the request waited in the queue past its deadline",
+                        "queue_timeout"};
+        } else if (now > p.deadline) {
+            stop = true;
+            why = Error{ErrorCode::timeout, "the request passed its deadline in the queue",
+                        "timeout"};
+        }
+        if (!stop) {
+            ++it;
+            continue;
+        }
+        auto pending = std::move(*it);
+        it = queue_.erase(it);
+        dequeued(*pending);
+        finish_queued(std::move(pending), std::move(why));
+    }
+    for (auto& slot : slots_) {
+        if (!slot.running) continue;
+        Pending& p = *slot.running->pending;
+        if (p.channel->cancel.cancelled()) {
+            finish(slot, FinishReason::cancelled);
+        } else if (now > p.deadline) {
+            finish(slot, FinishReason::cancelled,
+                   Error{ErrorCode::timeout, "generation deadline passed", "timeout"});
+        }
+    }
+}
+
+void Scheduler::publish_gauges() {
+    int busy = 0;
+    std::int64_t kv = 0;
+    for (const auto& s : slots_) {
+        busy += s.running ? 1 : 0;
+        kv += static_cast<std::int64_t>(s.cached.size());
+    }
+    busy_slots_.store(busy, std::memory_order_relaxed);
+    kv_tokens_.store(kv, std::memory_order_relaxed);
+    metrics_.busy_slots->set(busy);
+    metrics_.kv_tokens->set(static_cast<double>(kv));
+    metrics_.queue_depth->set(static_cast<double>(queue_.size()));
+}
+
+// ---- events ---------------------------------------------------------------------------------
+
+void Scheduler::emit(Running& running, StreamPiece piece) {
+    EngineEvent event;
+    event.piece = std::move(piece);
+    running.pending->channel->push(std::move(event));
+}
+
+void Scheduler::finish(Slot& slot, FinishReason reason, std::optional<Error> error) {
+    Running& r = *slot.running;
+    std::string trailing = r.reply().finish(reason, std::move(error));
+    if (!trailing.empty()) {
+        StreamPiece piece;
+        piece.text = std::move(trailing);
+        emit(r, std::move(piece));
+    }
+    complete(slot);
+}
+
+void Scheduler::complete(Slot& slot) {
+    std::unique_ptr<Running> r = std::move(slot.running);
+    slot.last_used = Clock::now();
+    Completion c;
+    c.request_id = r->pending->id;
+    c.generation = std::move(r->reply().result());
+    c.cache = r->cache;
+    c.queue_ms = r->queue_ms;
+    Timings& t = c.generation.timings;
+    const auto first = r->reply().first_token_at();
+    if (first != Clock::time_point{}) {
+        t.prefill_ms = ms_between(r->admitted, first);
+        const int computed = c.generation.usage.prompt_tokens - c.generation.usage.cached_tokens;
+        t.prefill_tokens_per_s = t.prefill_ms > 0 ? computed * 1000.0 / t.prefill_ms : 0;
+    }
+    metrics_.count_outcome(c.generation);
+    metrics_.end_to_end->observe(t.total_ms / 1000.0);
+    LifecycleEvent e;
+    e.request_id = c.request_id;
+    e.stage = c.generation.finish_reason == FinishReason::cancelled ? LifecycleStage::cancelled
+                                                                    : LifecycleStage::finished;
+    e.session = r->pending->request.session;
+    e.completion = &c;
+    notify(e);
+    EngineEvent final_event;
+    final_event.final = true;
+    final_event.completion = std::move(c);
+    r->pending->channel->push(std::move(final_event));
+}
+
+void Scheduler::finish_queued(std::unique_ptr<Pending> pending, std::optional<Error> error) {
+    Reply& reply = *pending->reply;
+    reply.set_prompt(pending->request.prompt, 0);
+    reply.finish(FinishReason::cancelled, std::move(error));
+    Completion c;
+    c.request_id = pending->id;
+    c.generation = std::move(reply.result());
+    c.queue_ms = ms_between(pending->submitted, Clock::now());
+    metrics_.count_outcome(c.generation);
+    metrics_.end_to_end->observe(c.generation.timings.total_ms / 1000.0);
+    LifecycleEvent e;
+    e.request_id = c.request_id;
+    e.stage = LifecycleStage::cancelled;
+    e.session = pending->request.session;
+    e.completion = &c;
+    notify(e);
+    EngineEvent final_event;
+    final_event.final = true;
+    final_event.completion = std::move(c);
+    pending->channel->push(std::move(final_event));
+}
+
+}  // namespace llamapp::detail

@@ -1,0 +1,153 @@
+// Internal: the decode thread. Owns the llama.cpp context, the slots and the wait queue; every
+// method below except the ones marked "any thread" runs on that thread only.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <future>
+#include <memory>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "core/context_state.hpp"
+#include "engine/engine_metrics.hpp"
+#include "engine/inbox.hpp"
+#include "llamapp/engine.hpp"
+
+namespace llamapp::detail {
+
+// A request that holds a slot.
+struct Running {
+    std::unique_ptr<Pending> pending;
+    std::size_t next_prompt = 0;  // first prompt token not yet in the KV cache
+    Token to_decode = no_token;   // sampled, to be fed back in the next decode
+    CacheInfo cache;
+    Reply::Clock::time_point admitted;
+    Reply::Clock::time_point last_token{};
+    double queue_ms = 0;
+
+    const std::vector<Token>& prompt() const { return pending->request.prompt; }
+    Reply& reply() { return *pending->reply; }
+};
+
+struct Slot {
+    int seq = 0;
+    std::vector<Token> cached;  // tokens whose KV the sequence holds, in position order
+    std::string session;        // pinned to this session when not empty
+    Reply::Clock::time_point last_used{};
+    std::unique_ptr<Running> running;  // null while idle
+};
+
+// ReuseModes probed on a fresh context (clears it afterwards).
+ReuseModes probe_reuse_modes(ContextState& state);
+
+class Scheduler {
+  public:
+    using Clock = Reply::Clock;
+    Scheduler(Context context, EngineOptions options, EngineMetrics metrics, ReuseModes modes);
+    ~Scheduler();
+
+    void start();
+
+    // Any thread.
+    Result<void> enqueue(std::unique_ptr<Pending> pending);
+    void shutdown(std::chrono::milliseconds grace);
+    // Runs `work` on the decode thread between two decode calls and returns its result.
+    template <typename T>
+    Result<T> on_decode_thread(std::function<Result<T>()> work);
+    EngineStats stats() const;
+
+    const Model& model() const { return context_.model(); }
+    const ReuseModes& modes() const { return modes_; }
+    const EngineOptions& options() const { return options_; }
+    EngineMetrics& metrics() { return metrics_; }
+    int n_ctx_seq() const { return n_ctx_seq_; }
+    std::shared_ptr<Inbox> inbox() const { return inbox_; }
+    std::uint64_t next_id() { return ++last_id_; }
+    void notify(const LifecycleEvent& event) const;
+
+    // Decode thread: session commands.
+    Result<void> fork(const std::string& from, const std::string& to);
+    Result<void> end(const std::string& id);
+    std::vector<SessionInfo> list_sessions() const;
+
+  private:
+    struct Row {
+        int slot;
+        std::uint64_t request;
+        Token token;
+        int pos;
+        bool logits;
+        bool decode;      // feeds back a generated token (else a prompt token)
+        int batch_index;  // where it sits in the batch of the current decode, -1 if not in it
+    };
+
+    void loop();
+    bool take_inbox();  // false once asked to stop
+    void reap();
+    void admit();
+    void tick();
+    void plan_rows();
+    void process_rows(std::size_t begin, std::size_t end);
+    void commit_rows(std::size_t begin, std::size_t end);
+    bool free_one_idle_sequence();
+    void rollback(std::size_t begin, std::size_t end, const Error& error, bool fail_requests);
+
+    Slot* choose_slot(const Pending& pending);
+    void start_running(Slot& slot, std::unique_ptr<Pending> pending);
+    std::size_t usable_prefix(const Slot& from, const std::vector<Token>& prompt) const;
+    bool window_intact(const Slot& slot, std::size_t reused) const;
+    void clear_sequence(Slot& slot);
+
+    void emit(Running& running, StreamPiece piece);
+    void finish(Slot& slot, FinishReason reason, std::optional<Error> error = std::nullopt);
+    void complete(Slot& slot);
+    void finish_queued(std::unique_ptr<Pending> pending, std::optional<Error> error);
+    void dequeued(const Pending& pending);
+    void publish_gauges();
+    bool live(const Row& row) const;
+
+    Context context_;
+    ContextState& state_;
+    EngineOptions options_;
+    EngineMetrics metrics_;
+    const ReuseModes modes_;
+    const int n_ctx_seq_;
+    const int n_batch_;
+    std::shared_ptr<Inbox> inbox_;
+    std::atomic<std::uint64_t> last_id_{0};
+    CancellationToken stop_decoding_;  // aborts a decode in flight at shutdown
+
+    // Decode thread state.
+    std::vector<Slot> slots_;
+    std::deque<std::unique_ptr<Pending>> queue_;
+    std::unordered_map<std::string, int> sessions_;  // session id -> slot index
+    std::vector<Row> rows_;
+    LlamaBatch batch_;
+
+    std::atomic<int> busy_slots_{0};
+    std::atomic<std::int64_t> kv_tokens_{0};
+    std::mutex idle_mutex_;
+    std::condition_variable idle_;  // signalled when nothing runs and nothing waits
+    bool is_idle_ = true;
+    std::thread thread_;
+};
+
+template <typename T>
+Result<T> Scheduler::on_decode_thread(std::function<Result<T>()> work) {
+    auto task = std::make_shared<std::packaged_task<Result<T>()>>(std::move(work));
+    auto result = task->get_future();
+    {
+        std::lock_guard lock(inbox_->mutex);
+        if (inbox_->stop) return fail(ErrorCode::shutting_down, "the engine has stopped");
+        inbox_->commands.emplace_back([task] { (*task)(); });
+        inbox_->dirty = true;
+    }
+    inbox_->wake.notify_one();
+    return result.get();
+}
+
+}  // namespace llamapp::detail

@@ -1,0 +1,231 @@
+// One scheduling step: plan the batch, decode it (shrinking it under KV pressure), sample.
+#include <algorithm>
+
+#include "core/log_internal.hpp"
+#include "engine/scheduler.hpp"
+
+namespace llamapp::detail {
+
+namespace {
+
+double seconds(Reply::Clock::duration d) {
+    return std::chrono::duration<double>(d).count();
+}
+
+}  // namespace
+
+void Scheduler::tick() {
+    plan_rows();
+    if (rows_.empty()) return;
+    process_rows(0, rows_.size());
+    publish_gauges();
+}
+
+void Scheduler::plan_rows() {
+    rows_.clear();
+    std::vector<SequenceDemand> demand;
+    std::vector<int> index;  // demand -> slot
+    for (std::size_t i = 0; i < slots_.size(); ++i) {
+        const Slot& s = slots_[i];
+        if (!s.running) continue;
+        SequenceDemand d;
+        d.slot = s.seq;
+        d.admitted = s.running->admitted;
+        d.decoding = s.running->to_decode != no_token;
+        if (!d.decoding) {
+            d.prefill_left = static_cast<int>(s.running->prompt().size() - s.running->next_prompt);
+        }
+        if (!d.decoding && d.prefill_left <= 0) continue;
+        demand.push_back(d);
+        index.push_back(static_cast<int>(i));
+    }
+    if (demand.empty()) return;
+    BatchBudget budget;
+    budget.max_tokens = n_batch_;
+    budget.prefill_chunk = std::max(1, std::min(options_.prefill_chunk, n_batch_));
+    budget.queue_depth = queue_.size();
+    std::vector<int> take(demand.size(), 0);
+    options_.strategy->plan(demand, budget, take);
+
+    // Clamp whatever the strategy said to what each sequence can take and to the budget.
+    int total = 0;
+    for (std::size_t i = 0; i < demand.size(); ++i) {
+        const int most =
+            demand[i].decoding ? 1 : std::min(demand[i].prefill_left, budget.prefill_chunk);
+        take[i] = std::clamp(take[i], 0, std::min(most, budget.max_tokens - total));
+        total += take[i];
+    }
+    if (total == 0) {
+        std::fill(take.begin(), take.end(), 0);
+        decode_maximal()->plan(demand, budget, take);
+    }
+
+    for (std::size_t i = 0; i < demand.size(); ++i) {
+        if (take[i] == 0) continue;
+        const int slot_index = index[i];
+        Slot& s = slots_[static_cast<std::size_t>(slot_index)];
+        Running& r = *s.running;
+        const std::uint64_t id = r.pending->id;
+        if (demand[i].decoding) {
+            rows_.push_back(
+                {slot_index, id, r.to_decode, static_cast<int>(s.cached.size()), true, true, -1});
+            continue;
+        }
+        const std::vector<Token>& prompt = r.prompt();
+        for (std::size_t k = r.next_prompt; k < r.next_prompt + static_cast<std::size_t>(take[i]);
+             ++k) {
+            rows_.push_back({slot_index, id, prompt[k], static_cast<int>(k), k + 1 == prompt.size(),
+                             false, -1});
+        }
+    }
+}
+
+// A row still belongs to the request it was planned for (a failure earlier in this step may
+// have ended that request).
+bool Scheduler::live(const Row& row) const {
+    const Slot& s = slots_[static_cast<std::size_t>(row.slot)];
+    return s.running && s.running->pending->id == row.request;
+}
+
+void Scheduler::process_rows(std::size_t begin, std::size_t end) {
+    batch_.clear();
+    std::optional<std::uint64_t> only_request;
+    bool single_owner = true;
+    for (std::size_t i = begin; i < end; ++i) {
+        Row& row = rows_[i];
+        row.batch_index = -1;
+        if (!live(row)) continue;
+        if (!only_request) only_request = row.request;
+        single_owner = single_owner && row.request == *only_request;
+        row.batch_index = batch_.batch.n_tokens;
+        batch_.add(row.token, row.pos, slots_[static_cast<std::size_t>(row.slot)].seq, row.logits);
+    }
+    const int n = batch_.batch.n_tokens;
+    if (n == 0) return;
+    // A batch serving one request alone can be interrupted by that request's cancel; a shared
+    // one only by shutdown (and the per-decode budget), so one caller cannot abort the others.
+    const CancellationToken* abort_token = &stop_decoding_;
+    CancellationToken owner_cancel;
+    if (single_owner && !stop_decoding_.cancelled()) {
+        for (std::size_t i = begin; i < end; ++i) {
+            if (rows_[i].batch_index < 0) continue;
+            owner_cancel =
+                slots_[static_cast<std::size_t>(rows_[i].slot)].running->pending->channel->cancel;
+            abort_token = &owner_cancel;
+            break;
+        }
+    }
+    auto ok = state_.decode(batch_.batch, abort_token, Clock::time_point::max());
+    metrics_.decode_calls->inc();
+    if (ok) {
+        metrics_.decoded_tokens->inc(n);
+        metrics_.batch_size->observe(n);
+        commit_rows(begin, end);
+        return;
+    }
+    const ErrorCode code = ok.error().code;
+    if (code == ErrorCode::context_overflow) {
+        metrics_.kv_pressure->inc();
+        if (free_one_idle_sequence()) return process_rows(begin, end);
+        std::size_t live_rows = 0;
+        for (std::size_t i = begin; i < end; ++i) live_rows += live(rows_[i]) ? 1 : 0;
+        if (live_rows > 1) {
+            const std::size_t mid = begin + (end - begin) / 2;
+            process_rows(begin, mid);
+            process_rows(mid, end);
+            return;
+        }
+        // One token that cannot fit: only its request fails.
+        for (std::size_t i = begin; i < end; ++i) {
+            if (!live(rows_[i])) continue;
+            Slot& s = slots_[static_cast<std::size_t>(rows_[i].slot)];
+            clear_sequence(s);
+            finish(s, FinishReason::error,
+                   Error{ErrorCode::context_overflow,
+                         "the KV cache is full: no room for this request's next token",
+                         fmt::format("n_ctx={}", llama_n_ctx(state_.ctx.get()))});
+        }
+        return;
+    }
+    // Aborted (cancel, shutdown, per-decode budget) or failed: undo what the call may have left
+    // in the cache. Cancelled requests are finished by the next reap; others fail here.
+    rollback(begin, end, ok.error(), code != ErrorCode::cancelled);
+}
+
+void Scheduler::rollback(std::size_t begin, std::size_t end, const Error& error,
+                         bool fail_requests) {
+    for (std::size_t i = begin; i < end; ++i) {
+        if (!live(rows_[i])) continue;
+        Slot& s = slots_[static_cast<std::size_t>(rows_[i].slot)];
+        if (modes_.trim_tail) {
+            llama_memory_seq_rm(state_.memory(), s.seq, static_cast<llama_pos>(s.cached.size()),
+                                -1);
+        } else {
+            // Recurrent state cannot be rewound: the request cannot continue.
+            clear_sequence(s);
+            fail_requests = true;
+        }
+        if (fail_requests) {
+            if (s.running->pending->channel->cancel.cancelled())
+                finish(s, FinishReason::cancelled);
+            else if (error.code == ErrorCode::timeout || error.code == ErrorCode::cancelled)
+                finish(s, FinishReason::cancelled, error);
+            else
+                finish(s, FinishReason::error, error);
+        }
+    }
+}
+
+bool Scheduler::free_one_idle_sequence() {
+    // Plain cached sequences go first, then idle sessions (their next turn starts cold).
+    for (bool sessions : {false, true}) {
+        Slot* victim = nullptr;
+        for (auto& s : slots_) {
+            if (s.running || s.cached.empty() || s.session.empty() == sessions) continue;
+            if (!victim || s.last_used < victim->last_used) victim = &s;
+        }
+        if (victim) {
+            clear_sequence(*victim);
+            return true;
+        }
+    }
+    return false;
+}
+
+void Scheduler::commit_rows(std::size_t begin, std::size_t end) {
+    for (std::size_t i = begin; i < end; ++i) {
+        const Row& row = rows_[i];
+        if (row.batch_index < 0 || !live(row)) continue;
+        Slot& s = slots_[static_cast<std::size_t>(row.slot)];
+        Running& r = *s.running;
+        s.cached.push_back(row.token);
+        if (row.decode)
+            r.to_decode = no_token;
+        else
+            ++r.next_prompt;
+        if (!row.logits) continue;
+
+        auto step = r.reply().advance(state_.ctx.get(), row.batch_index, s.cached.size(),
+                                      static_cast<std::size_t>(n_ctx_seq_));
+        const auto now = Clock::now();
+        if (r.last_token == Clock::time_point{}) {
+            metrics_.ttft->observe(seconds(now - r.pending->submitted));
+            LifecycleEvent e;
+            e.request_id = r.pending->id;
+            e.stage = LifecycleStage::first_token;
+            e.session = r.pending->request.session;
+            notify(e);
+        } else {
+            metrics_.inter_token->observe(seconds(now - r.last_token));
+        }
+        r.last_token = now;
+        s.last_used = now;
+        emit(r, std::move(step.piece));
+        if (step.finished)
+            complete(s);
+        else
+            r.to_decode = step.feed_back;
+    }
+}
+
+}  // namespace llamapp::detail

@@ -1,0 +1,413 @@
+// Engine on the real trained tiny model: batching, reuse, sessions, cancellation, queue bounds.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <map>
+#include <mutex>
+
+#include "support/engine_helpers.hpp"
+
+using namespace llamapp;
+using namespace std::chrono_literals;
+using test::drain;
+using test::encode;
+using test::request;
+
+namespace {
+
+EngineOptions options(int slots, std::int64_t n_ctx = 1024) {
+    EngineOptions o;
+    o.context.n_ctx = n_ctx;
+    o.context.n_seq_max = slots;
+    o.context.n_threads = 2;
+    o.min_adopt_tokens = 4;
+    return o;
+}
+
+Engine engine(EngineOptions o) {
+    auto e = Engine::create(test::stories_model(), std::move(o));
+    if (!e) throw std::runtime_error(e.error().describe());
+    return std::move(*e);
+}
+
+const std::vector<std::string> kPrompts = {
+    "Once upon a time",
+    "The little dog",
+    "Lily wanted to play with her friend Tom in the park",
+    "One day, a big bird",
+    "Tim had a red ball. He liked to",
+    "There was a girl named Sue",
+    "The sun was hot and the cat",
+    "Mom said it was time for bed, but Ben",
+};
+
+// What the foundation's single-stream generate produces for a prompt alone.
+std::vector<Token> solo(const std::vector<Token>& prompt, int max_tokens) {
+    Context ctx = test::stories_context(1024);
+    GenerateOptions o = test::greedy(max_tokens);
+    o.ignore_eos = true;
+    auto r = ctx.generate(prompt, o);
+    if (!r) throw std::runtime_error(r.error().describe());
+    return r->tokens;
+}
+
+}  // namespace
+
+TEST(Engine, ConcurrentGreedyRequestsMatchEachRunAlone) {
+    const Model& m = test::stories_model();
+    Engine e = engine(options(4));
+    std::vector<RequestHandle> handles;
+    for (const auto& p : kPrompts) {  // 8 requests on 4 slots: some queue, all batch
+        auto h = e.submit(request(encode(m, p), 48));
+        ASSERT_TRUE(h) << h.error().describe();
+        handles.push_back(std::move(*h));
+    }
+    for (std::size_t i = 0; i < kPrompts.size(); ++i) {
+        auto d = drain(handles[i]);
+        EXPECT_EQ(d.finals, 1);
+        EXPECT_EQ(d.completion.generation.finish_reason, FinishReason::length);
+        EXPECT_EQ(d.completion.generation.tokens, solo(encode(m, kPrompts[i]), 48))
+            << "prompt " << i;
+        EXPECT_EQ(d.text, d.completion.generation.text);
+    }
+}
+
+TEST(Engine, EveryStrategyProducesTheSameGreedyText) {
+    const Model& m = test::stories_model();
+    std::vector<std::vector<Token>> expected;
+    for (const auto& p : kPrompts) expected.push_back(solo(encode(m, p), 24));
+    for (auto strategy : {decode_maximal(), prefill_priority(), balanced()}) {
+        EngineOptions o = options(3);
+        o.strategy = strategy;
+        o.prefill_chunk = 3;  // several prefill chunks per prompt
+        Engine e = engine(o);
+        std::vector<RequestHandle> handles;
+        for (const auto& p : kPrompts) handles.push_back(*e.submit(request(encode(m, p), 24)));
+        for (std::size_t i = 0; i < handles.size(); ++i) {
+            auto d = drain(handles[i]);
+            EXPECT_EQ(d.completion.generation.tokens, expected[i])
+                << strategy->name() << " prompt " << i;
+        }
+    }
+}
+
+TEST(Engine, PrefixReuseInTheSameSlotMatchesCold) {
+    const Model& m = test::stories_model();
+    Engine e = engine(options(2));
+    const auto base = encode(m, kPrompts[2]);
+    auto first = drain(*e.submit(request(base, 16)));
+    // The next turn: the previous prompt and reply, then more text.
+    std::vector<Token> next = base;
+    next.insert(next.end(), first.completion.generation.tokens.begin(),
+                first.completion.generation.tokens.end());
+    const auto more = encode(m, " Then they went home");
+    next.insert(next.end(), more.begin() + 1, more.end());  // without its BOS
+    auto warm = drain(*e.submit(request(next, 16)));
+    EXPECT_EQ(warm.completion.cache.source, ReuseSource::same_slot);
+    // The reply's last token was sampled but never decoded, so it is not in the cache.
+    EXPECT_EQ(warm.completion.cache.reused_tokens,
+              static_cast<int>(base.size() + first.completion.generation.tokens.size() - 1));
+    EXPECT_EQ(warm.completion.generation.usage.cached_tokens, warm.completion.cache.reused_tokens);
+    EXPECT_EQ(warm.completion.generation.tokens, solo(next, 16));
+
+    // The same prompt again reuses all but its last token, and still produces fresh logits.
+    auto again = drain(*e.submit(request(next, 16)));
+    EXPECT_EQ(again.completion.cache.reused_tokens, static_cast<int>(next.size() - 1));
+    EXPECT_EQ(again.completion.generation.tokens, warm.completion.generation.tokens);
+
+    EngineRequest cold = request(next, 16);
+    cold.options.reuse_prefix = false;
+    auto c = drain(*e.submit(cold));
+    EXPECT_EQ(c.completion.cache.source, ReuseSource::none);
+    EXPECT_EQ(c.completion.generation.tokens, warm.completion.generation.tokens);
+}
+
+TEST(Engine, AnotherSlotsPrefixIsAdopted) {
+    const Model& m = test::stories_model();
+    Engine e = engine(options(2));
+    const auto system = encode(m,
+                               "Lily and Ben were friends. They liked to play in the park "
+                               "every day after school, and they shared their toys.");
+    auto with = [&](const std::string& tail) {
+        auto t = encode(m, tail);
+        std::vector<Token> p = system;
+        p.insert(p.end(), t.begin() + 1, t.end());
+        return p;
+    };
+    // Request 1 pins slot A through a session, so request 2 must run on the other slot.
+    EngineRequest r1 = request(with(" One day"), 8);
+    r1.session = "pinned";
+    auto d1 = drain(*e.submit(r1));
+    EXPECT_EQ(d1.completion.cache.source, ReuseSource::none);
+
+    const auto p2 = with(" The dog");
+    auto d2 = drain(*e.submit(request(p2, 12)));
+    EXPECT_NE(d2.completion.cache.slot, d1.completion.cache.slot);
+    EXPECT_EQ(d2.completion.cache.source, ReuseSource::other_slot);
+    EXPECT_GE(d2.completion.cache.reused_tokens, static_cast<int>(system.size()) - 1);
+    EXPECT_EQ(d2.completion.generation.tokens, solo(p2, 12));
+    EXPECT_EQ(e.reuse_modes().copy_prefix, true);
+}
+
+TEST(Engine, SessionsStickForkAndEnd) {
+    const Model& m = test::stories_model();
+    Engine e = engine(options(3));
+    const auto p = encode(m, kPrompts[0]);
+    EngineRequest r = request(p, 10);
+    r.session = "a";
+    auto first = drain(*e.submit(r));
+    ASSERT_TRUE(e.fork_session("a", "b"));
+    EXPECT_EQ(e.fork_session("a", "b").error().code, ErrorCode::already_exists);
+    EXPECT_EQ(e.fork_session("missing", "c").error().code, ErrorCode::not_found);
+    auto list = e.sessions();
+    ASSERT_EQ(list.size(), 2u);
+    EXPECT_EQ(list[0].id, "a");
+    EXPECT_EQ(list[1].id, "b");
+    EXPECT_NE(list[0].slot, list[1].slot);
+    EXPECT_EQ(list[0].cached_tokens, list[1].cached_tokens);
+
+    // Both continuations extend the shared transcript from their own sequence.
+    std::vector<Token> transcript = p;
+    transcript.insert(transcript.end(), first.completion.generation.tokens.begin(),
+                      first.completion.generation.tokens.end());
+    for (const char* id : {"a", "b"}) {
+        auto tail = encode(m, id[0] == 'a' ? " and the cat" : " but the dog");
+        std::vector<Token> next = transcript;
+        next.insert(next.end(), tail.begin() + 1, tail.end());
+        EngineRequest turn = request(next, 10);
+        turn.session = id;
+        auto d = drain(*e.submit(turn));
+        EXPECT_EQ(d.completion.cache.source, ReuseSource::same_slot) << id;
+        EXPECT_EQ(d.completion.cache.slot, id[0] == 'a' ? list[0].slot : list[1].slot);
+        EXPECT_EQ(d.completion.cache.reused_tokens, static_cast<int>(transcript.size() - 1));
+        EXPECT_EQ(d.completion.generation.tokens, solo(next, 10)) << id;
+    }
+    ASSERT_TRUE(e.end_session("b"));
+    EXPECT_EQ(e.end_session("b").error().code, ErrorCode::not_found);
+    EXPECT_EQ(e.sessions().size(), 1u);
+}
+
+TEST(Engine, IdleSessionsAreReclaimedWhenSlotsRunOut) {
+    const Model& m = test::stories_model();
+    Engine e = engine(options(2));
+    for (const char* id : {"s1", "s2", "s3"}) {
+        EngineRequest r = request(encode(m, kPrompts[1]), 4);
+        r.session = id;
+        auto d = drain(*e.submit(r));
+        EXPECT_EQ(d.completion.generation.finish_reason, FinishReason::length) << id;
+    }
+    auto list = e.sessions();
+    ASSERT_EQ(list.size(), 2u);  // s1, the least recently used, was reclaimed
+    EXPECT_EQ(list[0].id, "s2");
+    EXPECT_EQ(list[1].id, "s3");
+}
+
+TEST(Engine, CancelDropAndDeadlinesFreeTheSlot) {
+    const Model& m = test::stories_model();
+    Engine e = engine(options(1, 4096));
+    const auto p = encode(m, kPrompts[0]);
+
+    auto h = e.submit(request(p, -1));  // runs until the context is full unless stopped
+    ASSERT_TRUE(h);
+    EngineEvent ev;
+    ASSERT_TRUE(h->next(ev));
+    h->cancel();
+    auto d = drain(*h);
+    EXPECT_EQ(d.finals, 1);
+    EXPECT_EQ(d.completion.generation.finish_reason, FinishReason::cancelled);
+    EXPECT_LT(d.completion.generation.usage.completion_tokens, 4000);
+    EXPECT_TRUE(test::eventually([&] { return e.stats().busy_slots == 0; }));
+
+    {
+        auto dropped = e.submit(request(p, -1));
+        ASSERT_TRUE(dropped);
+        EXPECT_TRUE(test::eventually([&] { return e.stats().busy_slots == 1; }));
+    }  // the consumer goes away
+    EXPECT_TRUE(test::eventually([&] { return e.stats().busy_slots == 0; }));
+
+    EngineRequest timed = request(p, -1);
+    timed.options.timeout = 30ms;
+    auto t = drain(*e.submit(timed));
+    EXPECT_EQ(t.completion.generation.finish_reason, FinishReason::cancelled);
+    ASSERT_TRUE(t.completion.generation.error);
+    EXPECT_EQ(t.completion.generation.error->code, ErrorCode::timeout);
+
+    // A queued request whose queue deadline passes leaves the queue.
+    auto blocker = e.submit(request(p, -1));
+    ASSERT_TRUE(blocker);
+    EngineRequest waits = request(p, 4);
+    waits.queue_timeout = 20ms;
+    auto q = drain(*e.submit(waits));
+    EXPECT_EQ(q.completion.generation.finish_reason, FinishReason::cancelled);
+    ASSERT_TRUE(q.completion.generation.error);
+    EXPECT_EQ(q.completion.generation.error->code, ErrorCode::timeout);
+    EXPECT_EQ(q.completion.cache.slot, -1);
+    EXPECT_GE(q.completion.queue_ms, 20);
+    // Cancelling a queued request takes it out of the queue at once.
+    auto queued = e.submit(request(p, 4));
+    ASSERT_TRUE(queued);
+    queued->cancel();
+    auto qc = drain(*queued);
+    EXPECT_EQ(qc.completion.generation.finish_reason, FinishReason::cancelled);
+    EXPECT_EQ(qc.completion.cache.slot, -1);
+    blocker->cancel();
+    drain(*blocker);
+    EXPECT_TRUE(test::eventually([&] { return e.stats().busy_slots == 0; }));
+    EXPECT_EQ(drain(*e.submit(request(p, 4))).completion.generation.usage.completion_tokens, 4);
+}
+
+TEST(Engine, QueueBoundRejectsAtOnce) {
+    const Model& m = test::stories_model();
+    EngineOptions o = options(1, 4096);
+    o.max_queued_requests = 2;
+    Engine e = engine(o);
+    const auto p = encode(m, kPrompts[0]);
+    auto running = e.submit(request(p, -1));
+    ASSERT_TRUE(running);
+    ASSERT_TRUE(test::eventually([&] { return e.stats().busy_slots == 1; }));
+    auto q1 = e.submit(request(p, 4));
+    auto q2 = e.submit(request(p, 4));
+    ASSERT_TRUE(q1);
+    ASSERT_TRUE(q2);
+    auto over = e.submit(request(p, 4));
+    ASSERT_FALSE(over);
+    EXPECT_EQ(over.error().code, ErrorCode::queue_full);
+    EXPECT_EQ(e.stats().queued_requests, 2u);
+    running->cancel();
+    EXPECT_EQ(drain(*q1).completion.generation.usage.completion_tokens, 4);
+    EXPECT_EQ(drain(*q2).completion.generation.usage.completion_tokens, 4);
+
+    EngineOptions tokens = options(1, 4096);
+    tokens.max_queued_tokens = p.size() + 2;
+    Engine t = engine(tokens);
+    auto busy = t.submit(request(p, -1));
+    ASSERT_TRUE(test::eventually([&] { return t.stats().busy_slots == 1; }));
+    ASSERT_TRUE(t.submit(request(p, 4)));
+    auto too_many = t.submit(request(p, 4));
+    ASSERT_FALSE(too_many);
+    EXPECT_EQ(too_many.error().code, ErrorCode::queue_full);
+}
+
+TEST(Engine, BadRequestsAreRejectedAndTheEngineKeepsServing) {
+    const Model& m = test::stories_model();
+    Engine e = engine(options(2, 256));
+    const auto p = encode(m, kPrompts[0]);
+    auto code = [](const Result<RequestHandle>& r) {
+        return r ? ErrorCode::internal : r.error().code;
+    };
+    EXPECT_EQ(code(e.submit(request({}, 4))), ErrorCode::invalid_argument);
+    EXPECT_EQ(code(e.submit(request({1, 999999}, 4))), ErrorCode::invalid_argument);
+    EXPECT_EQ(code(e.submit(request({-5}, 4))), ErrorCode::invalid_argument);
+    EXPECT_EQ(code(e.submit(request(std::vector<Token>(300, 1), 4))), ErrorCode::context_overflow);
+    EngineRequest bad = request(p, 0);
+    EXPECT_EQ(code(e.submit(bad)), ErrorCode::invalid_argument);
+    bad = request(p, 4);
+    bad.options.sampling.grammar = "root ::= (";
+    EXPECT_EQ(code(e.submit(bad)), ErrorCode::invalid_grammar);
+    bad = request(p, 4);
+    bad.options.sampling.temperature = -1;
+    EXPECT_EQ(code(e.submit(bad)), ErrorCode::invalid_argument);
+    bad = request(p, 4);
+    bad.queue_timeout = -7ms;
+    EXPECT_EQ(code(e.submit(bad)), ErrorCode::invalid_argument);
+    EXPECT_EQ(code(e.submit("", request({}, 4))), ErrorCode::invalid_argument);
+    EXPECT_EQ(
+        drain(*e.submit(kPrompts[0], request({}, 4))).completion.generation.usage.completion_tokens,
+        4);
+}
+
+TEST(Engine, KvPressureFailsOnlyWhatCannotFit) {
+    const Model& m = test::stories_model();
+    // 256 cells shared by 4 slots, each wanting about 150.
+    Engine e = engine(options(4, 256));
+    std::vector<RequestHandle> handles;
+    for (int i = 0; i < 4; ++i) handles.push_back(*e.submit(request(encode(m, kPrompts[i]), 140)));
+    int finished = 0, overflowed = 0;
+    for (auto& h : handles) {
+        auto d = drain(h);
+        EXPECT_EQ(d.finals, 1);
+        const auto& g = d.completion.generation;
+        if (g.finish_reason == FinishReason::length) ++finished;
+        if (g.finish_reason == FinishReason::error) {
+            ASSERT_TRUE(g.error);
+            EXPECT_EQ(g.error->code, ErrorCode::context_overflow);
+            ++overflowed;
+        }
+    }
+    EXPECT_GE(finished, 1);
+    EXPECT_EQ(finished + overflowed, 4);
+    EXPECT_GT(overflowed, 0);
+    // Cached sequences are evicted for new work instead of failing it.
+    for (int i = 0; i < 3; ++i) {
+        auto d = drain(*e.submit(request(encode(m, kPrompts[4 + i]), 100)));
+        EXPECT_EQ(d.completion.generation.finish_reason, FinishReason::length);
+    }
+    EXPECT_TRUE(test::eventually([&] { return e.stats().busy_slots == 0; }));
+}
+
+TEST(Engine, MetricsAndLifecycleEvents) {
+    const Model& m = test::stories_model();
+    EngineOptions o = options(2);
+    std::mutex mu;
+    std::map<LifecycleStage, int> seen;
+    o.on_lifecycle = [&](const LifecycleEvent& ev) {
+        std::lock_guard lock(mu);
+        ++seen[ev.stage];
+    };
+    o.metric_labels = {{"model", "stories"}};
+    Engine e = engine(o);
+    const auto p = encode(m, kPrompts[0]);
+    drain(*e.submit(request(p, 8)));
+    drain(*e.submit(request(p, 8)));
+    auto c = e.submit(request(p, -1));
+    c->cancel();
+    drain(*c);
+    EXPECT_FALSE(e.submit(request({}, 4)));
+    const std::string text = e.metrics().prometheus_text();
+    EXPECT_NE(text.find("llamapp_requests_total{model=\"stories\",outcome=\"length\"} 2"),
+              std::string::npos)
+        << text;
+    EXPECT_NE(text.find("llamapp_requests_total{model=\"stories\",outcome=\"rejected\"} 1"),
+              std::string::npos);
+    EXPECT_NE(text.find("llamapp_prefix_reuse_total{model=\"stories\",source=\"same_slot\"}"),
+              std::string::npos);
+    EXPECT_NE(text.find("llamapp_time_to_first_token_seconds_bucket"), std::string::npos);
+    EXPECT_NE(text.find("llamapp_inter_token_latency_seconds_count{model=\"stories\"}"),
+              std::string::npos);
+    EXPECT_NE(text.find("llamapp_kv_cache_capacity_tokens{model=\"stories\"} 1024"),
+              std::string::npos);
+    std::lock_guard lock(mu);
+    // The cancelled request may have left the queue before it was ever admitted.
+    EXPECT_GE(seen[LifecycleStage::admitted], 2);
+    EXPECT_EQ(seen[LifecycleStage::finished], 2);
+    EXPECT_EQ(seen[LifecycleStage::cancelled], 1);
+    EXPECT_EQ(seen[LifecycleStage::rejected], 1);
+    EXPECT_GE(seen[LifecycleStage::first_token], 2);
+}
+
+TEST(Engine, ShutdownCancelsWhatRunsAndRefusesNewWork) {
+    const Model& m = test::stories_model();
+    Engine e = engine(options(2, 4096));
+    const auto p = encode(m, kPrompts[0]);
+    std::vector<RequestHandle> handles;
+    for (int i = 0; i < 4; ++i) handles.push_back(*e.submit(request(p, -1)));
+    e.shutdown(0ms);
+    for (auto& h : handles) {
+        auto d = drain(h);
+        EXPECT_EQ(d.finals, 1);
+        EXPECT_EQ(d.completion.generation.finish_reason, FinishReason::cancelled);
+    }
+    auto late = e.submit(request(p, 4));
+    ASSERT_FALSE(late);
+    EXPECT_EQ(late.error().code, ErrorCode::shutting_down);
+    EXPECT_EQ(e.fork_session("a", "b").error().code, ErrorCode::shutting_down);
+}
+
+TEST(Engine, GraceLetsRunningRequestsFinish) {
+    const Model& m = test::stories_model();
+    Engine e = engine(options(2));
+    auto h = e.submit(request(encode(m, kPrompts[0]), 32));
+    e.shutdown(10s);
+    auto d = drain(*h);
+    EXPECT_EQ(d.completion.generation.finish_reason, FinishReason::length);
+}

@@ -1,0 +1,68 @@
+// Helpers for engine tests: drain a handle, build requests.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <thread>
+
+#include "support/stories.hpp"
+
+namespace llamapp::test {
+
+struct Drained {
+    std::string text;           // concatenated piece text
+    std::vector<Token> tokens;  // piece tokens (including an end-of-generation token)
+    Completion completion;
+    int finals = 0;
+    int pieces = 0;
+};
+
+// Reads every event; checks the handle reports nothing after its one final event.
+inline Drained drain(RequestHandle& handle) {
+    Drained d;
+    EngineEvent e;
+    while (handle.next(e)) {
+        if (e.final) {
+            ++d.finals;
+            if (e.completion) d.completion = std::move(*e.completion);
+        } else {
+            ++d.pieces;
+            d.text += e.piece.text;
+            if (e.piece.token != no_token) d.tokens.push_back(e.piece.token);
+        }
+    }
+    EXPECT_FALSE(handle.next(e));
+    return d;
+}
+
+inline Drained drain(RequestHandle&& handle) {
+    return drain(handle);
+}
+
+inline EngineRequest request(std::vector<Token> prompt, int max_tokens, bool ignore_eos = true) {
+    EngineRequest r;
+    r.prompt = std::move(prompt);
+    r.options = greedy(max_tokens);
+    r.options.ignore_eos = ignore_eos;
+    return r;
+}
+
+inline std::vector<Token> encode(const Model& m, const std::string& text) {
+    auto t = m.tokenizer().encode(text);
+    if (!t) throw std::runtime_error(t.error().describe());
+    return *t;
+}
+
+// Polls until `pred` holds or two seconds pass.
+template <typename Pred>
+bool eventually(Pred pred) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (std::chrono::steady_clock::now() < until) {
+        if (pred()) return true;
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    return pred();
+}
+
+}  // namespace llamapp::test
