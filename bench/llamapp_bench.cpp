@@ -11,17 +11,14 @@
 #include <cstdio>
 #include <random>
 
+#include "bench_util.hpp"
 #include "llamapp/llamapp.hpp"
 
 using namespace llamapp;
 
 namespace {
 
-double median(std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    const std::size_t n = v.size();
-    return n == 0 ? 0 : n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
+using bench::median;
 
 struct Samples {
     std::vector<double> pp, tg;
@@ -33,13 +30,9 @@ bool run_llama_bench(const std::string& exe, const std::string& model, int threa
     const std::string cmd = exe + " -m '" + model + "' -t " + std::to_string(threads) + " -p " +
                             std::to_string(n_prompt) + " -n " + std::to_string(n_gen) + " -r " +
                             std::to_string(reps) + " -fa " + fa + " -o json 2>/dev/null";
-    FILE* pipe = popen(cmd.c_str(), "r");
-    if (!pipe) return false;
-    std::string text;
-    char buf[4096];
-    while (std::size_t n = std::fread(buf, 1, sizeof buf, pipe)) text.append(buf, n);
-    if (pclose(pipe) != 0) return false;
-    auto results = nlohmann::json::parse(text, nullptr, false);
+    auto text = bench::run_command(cmd);
+    if (!text) return false;
+    auto results = nlohmann::json::parse(*text, nullptr, false);
     if (!results.is_array()) return false;
     for (const auto& r : results) {
         auto& dest = r["n_gen"].get<int>() > 0 ? out.tg : out.pp;

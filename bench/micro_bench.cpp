@@ -55,7 +55,8 @@ void BM_TokenizeParagraph(benchmark::State& state) {
     const Model* m = vocab_model();
     if (!m) return state.SkipWithError("vocab model missing");
     const std::string text =
-        "Once upon a time, there was a little girl named Lily. She loved to play outside in the park. "
+        "Once upon a time, there was a little girl named Lily. She loved to play outside in the "
+        "park. "
         "One day, she saw a big, red ball. She wanted to play with it, but it was too high.";
     for (auto _ : state) benchmark::DoNotOptimize(m->tokenizer().encode(text));
     state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * text.size()));

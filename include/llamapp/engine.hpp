@@ -117,6 +117,9 @@ class Engine {
     // Pre-tokenized prompt. Everything is validated here, on the caller's thread (token ids,
     // sampling, grammar, context size); over the queue bound it fails at once with queue_full.
     Result<RequestHandle> submit(EngineRequest request);
+    // Several requests at once, all or none: they reach the scheduler together, so they are
+    // admitted in the same step when slots allow (a batch job, n choices for one prompt).
+    Result<std::vector<RequestHandle>> submit_all(std::vector<EngineRequest> requests);
     // Text prompt, tokenized with request.options.tokenize on the caller's thread.
     Result<RequestHandle> submit(std::string_view prompt, EngineRequest request);
     // Chat messages rendered and tokenized on the caller's thread; the template's stop strings

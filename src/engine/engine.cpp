@@ -78,34 +78,26 @@ Result<Engine> Engine::create(const Model& model, EngineOptions options) {
     return Engine(std::move(scheduler));
 }
 
-Result<RequestHandle> Engine::submit(EngineRequest request) {
-    detail::Scheduler& s = *scheduler_;
+namespace {
+
+// Validates one request on the caller's thread and builds what the scheduler needs.
+Result<std::unique_ptr<detail::Pending>> prepare(detail::Scheduler& s, EngineRequest request) {
     const auto submitted = detail::Reply::Clock::now();
-    auto reject = [&](Error error) -> Result<RequestHandle> {
-        s.metrics().count_rejected();
-        LifecycleEvent e;
-        e.stage = LifecycleStage::rejected;
-        e.session = request.session;
-        e.error = &error;
-        s.notify(e);
-        return std::unexpected(std::move(error));
-    };
     const GenerateOptions& o = request.options;
-    if (auto ok = o.validate(); !ok) return reject(ok.error());
+    if (auto ok = o.validate(); !ok) return std::unexpected(ok.error());
     if (auto ok = detail::validate_prompt(s.model(), request.prompt); !ok)
-        return reject(ok.error());
+        return std::unexpected(ok.error());
     if (static_cast<std::int64_t>(request.prompt.size()) >= s.n_ctx_seq()) {
-        return reject(
-            Error{ErrorCode::context_overflow, "prompt does not fit in the context window",
-                  fmt::format("prompt tokens={}, n_ctx={}", request.prompt.size(), s.n_ctx_seq())});
+        return fail(
+            ErrorCode::context_overflow, "prompt does not fit in the context window",
+            fmt::format("prompt tokens={}, n_ctx={}", request.prompt.size(), s.n_ctx_seq()));
     }
     if (request.queue_timeout.count() < -1) {
-        return reject(
-            Error{ErrorCode::invalid_argument, "queue_timeout must be >= -1", "queue_timeout"});
+        return fail(ErrorCode::invalid_argument, "queue_timeout must be >= -1", "queue_timeout");
     }
     auto sampler =
         detail::Sampler::create(*s.model().state(), o.sampling, o.ignore_eos, s.n_ctx_seq());
-    if (!sampler) return reject(sampler.error());
+    if (!sampler) return std::unexpected(sampler.error());
 
     auto pending = std::make_unique<detail::Pending>();
     pending->id = s.next_id();
@@ -117,9 +109,53 @@ Result<RequestHandle> Engine::submit(EngineRequest request) {
     if (o.timeout.count() > 0) pending->deadline = submitted + o.timeout;
     pending->channel = std::make_shared<detail::RequestChannel>(pending->id, o.cancel, s.inbox());
     pending->request = std::move(request);
-    auto channel = pending->channel;
-    if (auto ok = s.enqueue(std::move(pending)); !ok) return reject(ok.error());
-    return RequestHandle(std::move(channel));
+    return pending;
+}
+
+// Counts and reports a request that never reached the queue.
+Error rejected(detail::Scheduler& s, Error error, std::string_view session) {
+    s.metrics().count_rejected();
+    LifecycleEvent e;
+    e.stage = LifecycleStage::rejected;
+    e.session = session;
+    e.error = &error;
+    s.notify(e);
+    return error;
+}
+
+}  // namespace
+
+Result<RequestHandle> Engine::submit(EngineRequest request) {
+    std::vector<EngineRequest> one;
+    one.push_back(std::move(request));
+    auto handles = submit_all(std::move(one));
+    if (!handles) return std::unexpected(handles.error());
+    return std::move(handles->front());
+}
+
+Result<std::vector<RequestHandle>> Engine::submit_all(std::vector<EngineRequest> requests) {
+    detail::Scheduler& s = *scheduler_;
+    if (requests.empty()) return std::vector<RequestHandle>{};
+    std::vector<std::unique_ptr<detail::Pending>> pending;
+    std::vector<std::string> sessions;
+    for (auto& r : requests) {
+        sessions.push_back(r.session);
+        auto p = prepare(s, std::move(r));
+        if (!p) {
+            for (const auto& id : sessions) rejected(s, p.error(), id);
+            return std::unexpected(p.error());
+        }
+        pending.push_back(std::move(*p));
+    }
+    std::vector<std::shared_ptr<detail::RequestChannel>> channels;
+    for (const auto& p : pending) channels.push_back(p->channel);
+    if (auto ok = s.enqueue(std::move(pending)); !ok) {
+        for (const auto& id : sessions) rejected(s, ok.error(), id);
+        return std::unexpected(ok.error());
+    }
+    std::vector<RequestHandle> handles;
+    for (auto& c : channels) handles.emplace_back(std::move(c));
+    return handles;
 }
 
 Result<RequestHandle> Engine::submit(std::string_view prompt, EngineRequest request) {

@@ -41,26 +41,27 @@ void Scheduler::notify(const LifecycleEvent& event) const {
     }
 }
 
-Result<void> Scheduler::enqueue(std::unique_ptr<Pending> pending) {
-    const std::size_t tokens = pending->request.prompt.size();
+Result<void> Scheduler::enqueue(std::vector<std::unique_ptr<Pending>> pending) {
+    std::size_t tokens = 0;
+    for (const auto& p : pending) tokens += p->request.prompt.size();
     {
         std::lock_guard lock(inbox_->mutex);
         if (!inbox_->accepting) {
             return fail(ErrorCode::shutting_down, "the engine is shutting down");
         }
-        if (inbox_->queued_requests >= options_.max_queued_requests) {
+        if (inbox_->queued_requests + pending.size() > options_.max_queued_requests) {
             return fail(ErrorCode::queue_full, "too many requests are waiting",
                         fmt::format("max_queued_requests={}", options_.max_queued_requests));
         }
-        // One request alone may exceed the token bound, or a long prompt could never run.
+        // A request alone may exceed the token bound, or a long prompt could never run.
         if (inbox_->queued_tokens > 0 &&
             inbox_->queued_tokens + tokens > options_.max_queued_tokens) {
             return fail(ErrorCode::queue_full, "too many prompt tokens are waiting",
                         fmt::format("max_queued_tokens={}", options_.max_queued_tokens));
         }
-        ++inbox_->queued_requests;
+        inbox_->queued_requests += pending.size();
         inbox_->queued_tokens += tokens;
-        inbox_->submitted.push_back(std::move(pending));
+        for (auto& p : pending) inbox_->submitted.push_back(std::move(p));
         inbox_->dirty = true;
     }
     {

@@ -53,7 +53,8 @@ class Scheduler {
     void start();
 
     // Any thread.
-    Result<void> enqueue(std::unique_ptr<Pending> pending);
+    // All or none; fails with queue_full or shutting_down.
+    Result<void> enqueue(std::vector<std::unique_ptr<Pending>> pending);
     void shutdown(std::chrono::milliseconds grace);
     // Runs `work` on the decode thread between two decode calls and returns its result.
     template <typename T>

@@ -411,3 +411,24 @@ TEST(Engine, GraceLetsRunningRequestsFinish) {
     auto d = drain(*h);
     EXPECT_EQ(d.completion.generation.finish_reason, FinishReason::length);
 }
+
+TEST(Engine, SubmitAllIsAllOrNothing) {
+    const Model& m = test::stories_model();
+    EngineOptions o = options(2);
+    o.max_queued_requests = 3;
+    Engine e = engine(o);
+    const auto p = encode(m, kPrompts[0]);
+    std::vector<EngineRequest> mixed = {request(p, 4), request({}, 4), request(p, 4)};
+    auto bad = e.submit_all(mixed);
+    ASSERT_FALSE(bad);
+    EXPECT_EQ(bad.error().code, ErrorCode::invalid_argument);
+    std::vector<EngineRequest> too_many(4, request(p, 4));
+    auto over = e.submit_all(too_many);
+    ASSERT_FALSE(over);
+    EXPECT_EQ(over.error().code, ErrorCode::queue_full);
+    EXPECT_EQ(e.stats().queued_requests, 0u);
+    auto ok = e.submit_all({request(p, 4), request(p, 4), request(p, 4)});
+    ASSERT_TRUE(ok);
+    ASSERT_EQ(ok->size(), 3u);
+    for (auto& h : *ok) EXPECT_EQ(drain(h).completion.generation.usage.completion_tokens, 4);
+}
