@@ -24,7 +24,14 @@ struct Common {
     std::string model_path;
     int threads = 2;
     int rounds = 3;
+    std::string flash_attn = "auto";
     bool json = false;
+
+    FlashAttention fa() const {
+        return flash_attn == "on"    ? FlashAttention::on
+               : flash_attn == "off" ? FlashAttention::off
+                                     : FlashAttention::automatic;
+    }
 };
 
 std::vector<Token> random_tokens(std::mt19937& rng, int n, int vocab) {
@@ -44,11 +51,14 @@ EngineRequest greedy_request(std::vector<Token> prompt, int max_tokens) {
     return r;
 }
 
-Engine make_engine(const Model& model, int threads, int slots, int n_ctx, bool reuse) {
+Engine make_engine(const Model& model, const Common& c, int slots, int n_ctx, bool reuse,
+                   bool unified = true) {
     EngineOptions o;
+    o.unified_kv = unified;
+    o.context.flash_attn = c.fa();
     o.context.n_ctx = n_ctx;
     o.context.n_seq_max = slots;
-    o.context.n_threads = threads;
+    o.context.n_threads = c.threads;
     o.prefix_reuse = reuse;
     o.max_queued_requests = 1024;
     auto e = Engine::create(model, o);
@@ -91,12 +101,12 @@ double engine_s_tg(Engine& engine, std::mt19937& rng, int width, int npp, int nt
 
 std::map<int, std::vector<double>> batched_bench(const std::string& exe, const Common& c, int n_ctx,
                                                  int npp, int ntg, const std::string& npl,
-                                                 bool kvu) {
-    const std::string cmd = exe + " -m '" + c.model_path + "' -c " + std::to_string(n_ctx) +
-                            " -b 2048 -ub 512 -npp " + std::to_string(npp) + " -ntg " +
-                            std::to_string(ntg) + " -npl " + npl + " -t " +
-                            std::to_string(c.threads) + " -tb " + std::to_string(c.threads) +
-                            (kvu ? " -kvu" : "") + " --output-format jsonl 2>/dev/null";
+                                                 bool unified) {
+    const std::string cmd =
+        exe + " -m '" + c.model_path + "' -c " + std::to_string(n_ctx) + " -b 2048 -ub 512 -npp " +
+        std::to_string(npp) + " -ntg " + std::to_string(ntg) + " -npl " + npl + " -t " +
+        std::to_string(c.threads) + " -tb " + std::to_string(c.threads) + " -fa " + c.flash_attn +
+        (unified ? " -kvu" : "") + " --output-format jsonl 2>/dev/null";
     auto text = bench::run_command(cmd);
     if (!text) throw std::runtime_error("llama-batched-bench failed: " + cmd);
     std::map<int, std::vector<double>> out;
@@ -111,7 +121,7 @@ std::map<int, std::vector<double>> batched_bench(const std::string& exe, const C
 }
 
 int run_throughput(const Common& c, const Model& model, const std::string& exe,
-                   const std::string& npl_text, int npp, int ntg, int n_ctx, bool kvu) {
+                   const std::string& npl_text, int npp, int ntg, int n_ctx, bool unified) {
     const auto widths = parse_list(npl_text);
     const int slots = *std::max_element(widths.begin(), widths.end());
     std::map<int, std::vector<double>> ours, ref;
@@ -119,20 +129,28 @@ int run_throughput(const Common& c, const Model& model, const std::string& exe,
     for (int round = 0; round < c.rounds; ++round) {
         for (int side = 0; side < 2; ++side) {
             if ((side == 0) == (round % 2 == 0)) {
-                for (auto& [pl, v] : batched_bench(exe, c, n_ctx, npp, ntg, npl_text, kvu))
+                for (auto& [pl, v] : batched_bench(exe, c, n_ctx, npp, ntg, npl_text, unified))
                     ref[pl].insert(ref[pl].end(), v.begin(), v.end());
             } else {
-                Engine engine = make_engine(model, c.threads, slots, n_ctx, false);
-                engine_s_tg(engine, rng, 1, npp, 8);  // warm-up
-                for (int w : widths) ours[w].push_back(engine_s_tg(engine, rng, w, npp, ntg));
+                // A fresh engine per width starts from an empty cache, as llama-batched-bench
+                // does: on a unified cache, cells other sequences hold widen every attention.
+                for (int w : widths) {
+                    Engine engine = make_engine(model, c, slots, n_ctx, false, unified);
+                    engine_s_tg(engine, rng, 1, 4, 4);  // warm-up, then free its cells
+                    engine.shutdown();
+                    Engine fresh = make_engine(model, c, slots, n_ctx, false, unified);
+                    ours[w].push_back(engine_s_tg(fresh, rng, w, npp, ntg));
+                }
             }
         }
         std::fprintf(stderr, "round %d/%d done\n", round + 1, c.rounds);
     }
     nlohmann::json rows = nlohmann::json::array();
     if (!c.json) {
-        std::printf("S_TG tokens/s, PP %d, TG %d, %d threads, medians of %d rounds%s\n", npp, ntg,
-                    c.threads, c.rounds, kvu ? ", batched-bench with -kvu" : "");
+        std::printf(
+            "S_TG tokens/s, PP %d, TG %d, %d threads, medians of %d rounds, %s KV cache "
+            "on both sides\n",
+            npp, ntg, c.threads, c.rounds, unified ? "unified (-kvu)" : "split");
         std::printf("| width | llama-batched-bench | llamapp engine | ratio |\n");
         std::printf("|------:|--------------------:|---------------:|------:|\n");
     }
@@ -159,7 +177,7 @@ TurnStats run_conversations(const Model& model, const Common& c, bool reuse, int
                             int conversations, int turns, int system_len, int user_len,
                             int reply_len, unsigned seed) {
     const int n_ctx = 8192;
-    Engine engine = make_engine(model, c.threads, slots, n_ctx, reuse);
+    Engine engine = make_engine(model, c, slots, n_ctx, reuse);
     const int vocab = model.info().n_vocab;
     std::mt19937 rng(seed);
     const std::vector<Token> system = random_tokens(rng, system_len, vocab);
@@ -248,9 +266,10 @@ int run_overhead(const Common& c, const Model& model, int npp, int ntg, int reps
     ContextOptions co;
     co.n_ctx = 1024;
     co.n_threads = c.threads;
+    co.flash_attn = c.fa();
     auto ctx = Context::create(model, co);
     if (!ctx) throw std::runtime_error(ctx.error().describe());
-    Engine engine = make_engine(model, c.threads, 1, 1024, false);
+    Engine engine = make_engine(model, c, 1, 1024, false);
     for (int round = 0; round < c.rounds; ++round) {
         for (int side = 0; side < 2; ++side) {
             const bool use_engine = (side == 0) == (round % 2 == 0);
@@ -299,19 +318,24 @@ int main(int argc, char** argv) {
     app.add_option("-m,--model", c.model_path, "GGUF model")->required();
     app.add_option("-t,--threads", c.threads)->capture_default_str();
     app.add_option("--rounds", c.rounds, "alternating rounds")->capture_default_str();
+    app.add_option("--flash-attn", c.flash_attn)
+        ->check(CLI::IsMember({"auto", "on", "off"}))
+        ->capture_default_str();
     app.add_flag("--json", c.json, "print the result as JSON");
     app.require_subcommand(1);
 
     auto* tp = app.add_subcommand("throughput", "aggregate S_TG vs llama-batched-bench");
     std::string exe = "llama-batched-bench", npl = "1,2,4,8,16";
     int npp = 128, ntg = 64, n_ctx = 4096;
-    bool kvu = false;
+    bool split = false;
     tp->add_option("--batched-bench", exe, "llama-batched-bench from the same tree");
     tp->add_option("--npl", npl, "widths")->capture_default_str();
     tp->add_option("--npp", npp)->capture_default_str();
     tp->add_option("--ntg", ntg)->capture_default_str();
     tp->add_option("-c,--ctx-size", n_ctx)->capture_default_str();
-    tp->add_flag("--kvu", kvu, "run llama-batched-bench with a unified KV cache too");
+    tp->add_flag("--split-kv", split,
+                 "a KV stream per slot on both sides (llama-batched-bench's default) instead of "
+                 "one unified cache (-kvu, the engine's default)");
 
     auto* mt = app.add_subcommand("multiturn", "TTFT with prefix reuse on and off");
     int slots = 4, conversations = 8, turns = 4, system_len = 1000, user_len = 32, reply_len = 32;
@@ -336,7 +360,7 @@ int main(int argc, char** argv) {
         return 1;
     }
     try {
-        if (*tp) return run_throughput(c, *model, exe, npl, npp, ntg, n_ctx, kvu);
+        if (*tp) return run_throughput(c, *model, exe, npl, npp, ntg, n_ctx, !split);
         if (*mt)
             return run_multiturn(c, *model, slots, conversations, turns, system_len, user_len,
                                  reply_len);

@@ -10,5 +10,6 @@ build=${LLAMAPP_BUILD_DIR:-$root/build}
 cmake --build "$build" --target llama-batched-bench llamapp-engine-bench bench-model >&2
 bench=("$build/bin/llamapp-engine-bench" -m "$build/models/bench-125m-q4_0.gguf" "$@")
 "${bench[@]}" throughput --batched-bench "$build/bin/llama-batched-bench"
+"${bench[@]}" throughput --batched-bench "$build/bin/llama-batched-bench" --split-kv
 "${bench[@]}" multiturn
 "${bench[@]}" overhead

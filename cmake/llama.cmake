@@ -30,6 +30,11 @@ set(LLAMA_OPENSSL OFF CACHE BOOL "" FORCE)
 set(LLAMA_BUILD_IS_DEV OFF CACHE BOOL "" FORCE)
 set(LLAMA_ALL_WARNINGS OFF CACHE BOOL "" FORCE)
 set(GGML_CCACHE ON CACHE BOOL "" FORCE)
+# ggml's own thread pool instead of OpenMP: each context gets a persistent pool (see
+# src/core/context.cpp). With OpenMP every thread that decodes owns a separate OpenMP team, and an
+# engine's decode thread next to another decoding thread (a second model, a Context) slowed both
+# threefold on this 2-core machine; with per-context pools they run at full speed.
+set(GGML_OPENMP OFF CACHE BOOL "" FORCE)
 
 add_subdirectory(${LLAMAPP_LLAMA_DIR} ${CMAKE_BINARY_DIR}/llama.cpp EXCLUDE_FROM_ALL SYSTEM)
 foreach(_t ggml ggml-base ggml-cpu llama llama-common llama-common-base)

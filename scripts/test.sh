@@ -21,8 +21,6 @@ if [ -n "$sanitize" ]; then
   export LLAMAPP_BUILD_DIR=${LLAMAPP_BUILD_DIR:-$root/build-${sanitize:0:1}san}
   export LLAMAPP_BUILD_TYPE=RelWithDebInfo
   export LLAMAPP_CMAKE_ARGS="-DLLAMAPP_SANITIZE=$sanitize ${LLAMAPP_CMAKE_ARGS:-}"
-  # llama.cpp's CPU backend uses OpenMP, whose runtime TSan cannot see into.
-  [ "$sanitize" = thread ] && export LLAMAPP_CMAKE_ARGS="-DGGML_OPENMP=OFF $LLAMAPP_CMAKE_ARGS"
   export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
   export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1}
 fi

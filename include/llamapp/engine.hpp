@@ -30,9 +30,13 @@ struct LifecycleEvent {
 };
 
 struct EngineOptions {
-    // The context all requests share. n_seq_max is the number of slots (parallel sequences);
-    // the KV cache is always unified so that slots can share prefixes and use the whole n_ctx.
+    // The context all requests share; n_seq_max is the number of slots (parallel sequences).
     ContextOptions context = default_context();
+    // One KV cache for all slots (overrides context.kv_unified): any slot may use all of n_ctx
+    // and prefixes are shared between slots without copying data. On a CPU every decode then
+    // attends over the cells all slots hold; with false each slot gets n_ctx / n_seq_max cells
+    // of its own, attention stays per slot, and adopting another slot's prefix copies its cells.
+    bool unified_kv = true;
     std::size_t max_queued_requests = 64;     // waiting for a slot; 0 = no request may wait
     std::size_t max_queued_tokens = 1 << 20;  // prompt tokens of the waiting requests
     int prefill_chunk = 512;                  // most prompt tokens one sequence gets per decode
@@ -71,7 +75,7 @@ struct EngineRequest {
 // What partial removal and sequence copy can do for this model, probed at engine start.
 struct ReuseModes {
     bool trim_tail = false;    // a cached sequence can be cut back to a shorter prefix
-    bool copy_prefix = false;  // part of a sequence can be shared with another (unified KV)
+    bool copy_prefix = false;  // part of a sequence can be shared in place (unified KV)
     bool copy_whole = false;   // a whole sequence can be copied (what fork needs)
     int sliding_window = 0;    // > 0: reuse only while the window stays whole
     std::string describe() const;

@@ -17,7 +17,7 @@ std::size_t common_prefix(const std::vector<Token>& a, const std::vector<Token>&
 
 }  // namespace
 
-ReuseModes probe_reuse_modes(ContextState& state) {
+ReuseModes probe_reuse_modes(ContextState& state, bool unified) {
     ReuseModes modes;
     modes.sliding_window = state.model.info().sliding_window;
     llama_memory_t mem = state.memory();
@@ -35,10 +35,13 @@ ReuseModes probe_reuse_modes(ContextState& state) {
         llama_memory_seq_cp(mem, 0, 1, -1, -1);
         modes.copy_whole = llama_memory_seq_pos_max(mem, 1) == last;
         llama_memory_seq_rm(mem, 1, -1, -1);
-        llama_memory_seq_cp(mem, 0, 1, 0, 1);
-        // A partial copy must hold exactly position 0; recurrent state copies whole or nothing.
-        modes.copy_prefix = modes.trim_tail && llama_memory_seq_pos_max(mem, 1) == 0 &&
-                            llama_memory_seq_pos_min(mem, 1) == 0;
+        if (unified) {
+            llama_memory_seq_cp(mem, 0, 1, 0, 1);
+            // A partial copy must hold exactly position 0; recurrent state copies whole or
+            // nothing.
+            modes.copy_prefix = modes.trim_tail && llama_memory_seq_pos_max(mem, 1) == 0 &&
+                                llama_memory_seq_pos_min(mem, 1) == 0;
+        }
     }
     llama_memory_clear(mem, true);
     return modes;
@@ -147,8 +150,8 @@ void Scheduler::start_running(Slot& slot, std::unique_ptr<Pending> pending) {
         for (auto& other : slots_) {
             if (&other == &slot || other.cached.empty()) continue;
             std::size_t n = usable_prefix(other, prompt);
-            // Without partial copies only a whole sequence can be taken over.
-            if (!modes_.copy_prefix && n != other.cached.size()) n = 0;
+            // Without partial copies a whole sequence is copied, then trimmed where possible.
+            if (!modes_.copy_prefix && !modes_.trim_tail && n != other.cached.size()) n = 0;
             if (n > donated) {
                 donated = n;
                 donor = &other;
@@ -162,12 +165,16 @@ void Scheduler::start_running(Slot& slot, std::unique_ptr<Pending> pending) {
     cache.slot = slot.seq;
     if (donor) {
         llama_memory_seq_rm(mem, slot.seq, -1, -1);
-        if (modes_.copy_prefix)
+        bool copied = true;
+        if (modes_.copy_prefix) {
             llama_memory_seq_cp(mem, donor->seq, slot.seq, 0, static_cast<llama_pos>(donated));
-        else
+        } else {
             llama_memory_seq_cp(mem, donor->seq, slot.seq, -1, -1);
+            copied = donated == donor->cached.size() ||
+                     llama_memory_seq_rm(mem, slot.seq, static_cast<llama_pos>(donated), -1);
+        }
         slot.cached.assign(prompt.begin(), prompt.begin() + static_cast<std::ptrdiff_t>(donated));
-        cache.reused_tokens = static_cast<int>(donated);
+        cache.reused_tokens = copied ? static_cast<int>(donated) : 0;
         cache.source = ReuseSource::other_slot;
     } else if (own > 0) {
         if (own < slot.cached.size() &&

@@ -60,7 +60,7 @@ Engine::~Engine() = default;
 
 Result<Engine> Engine::create(const Model& model, EngineOptions options) {
     if (auto ok = validate(options); !ok) return std::unexpected(ok.error());
-    options.context.kv_unified = true;  // slots share prefixes and the whole cache
+    options.context.kv_unified = options.unified_kv;
     auto context = Context::create(model, options.context);
     if (!context) return std::unexpected(context.error());
     if (!context->state().memory()) {
@@ -71,7 +71,7 @@ Result<Engine> Engine::create(const Model& model, EngineOptions options) {
     if (!options.metrics) options.metrics = std::make_shared<MetricsRegistry>();
     auto metrics = detail::EngineMetrics::create(options.metrics, options.metric_labels);
     if (!metrics) return std::unexpected(metrics.error());
-    ReuseModes modes = detail::probe_reuse_modes(context->state());
+    ReuseModes modes = detail::probe_reuse_modes(context->state(), options.unified_kv);
     auto scheduler = std::make_unique<detail::Scheduler>(std::move(*context), std::move(options),
                                                          std::move(*metrics), std::move(modes));
     scheduler->start();

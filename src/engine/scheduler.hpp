@@ -41,8 +41,9 @@ struct Slot {
     std::unique_ptr<Running> running;  // null while idle
 };
 
-// ReuseModes probed on a fresh context (clears it afterwards).
-ReuseModes probe_reuse_modes(ContextState& state);
+// ReuseModes probed on a fresh context (clears it afterwards). Partial copies are only tried on
+// a unified cache: between separate streams llama.cpp asserts on them.
+ReuseModes probe_reuse_modes(ContextState& state, bool unified);
 
 class Scheduler {
   public:

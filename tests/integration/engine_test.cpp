@@ -432,3 +432,51 @@ TEST(Engine, SubmitAllIsAllOrNothing) {
     ASSERT_EQ(ok->size(), 3u);
     for (auto& h : *ok) EXPECT_EQ(drain(h).completion.generation.usage.completion_tokens, 4);
 }
+
+TEST(Engine, SplitKvCacheCopiesPrefixesAndKeepsOutputs) {
+    const Model& m = test::stories_model();
+    EngineOptions o = options(2, 1024);
+    o.unified_kv = false;  // 512 cells per slot
+    Engine e = engine(o);
+    EXPECT_FALSE(e.reuse_modes().copy_prefix);
+    EXPECT_TRUE(e.reuse_modes().copy_whole);
+    EXPECT_TRUE(e.reuse_modes().trim_tail);
+    EXPECT_EQ(e.n_ctx(), 512);
+    EXPECT_EQ(e.submit(request(std::vector<Token>(600, 1), 4)).error().code,
+              ErrorCode::context_overflow);
+
+    std::vector<RequestHandle> handles;
+    for (int i = 0; i < 4; ++i) handles.push_back(*e.submit(request(encode(m, kPrompts[i]), 24)));
+    for (int i = 0; i < 4; ++i) {
+        EXPECT_EQ(drain(handles[static_cast<std::size_t>(i)]).completion.generation.tokens,
+                  solo(encode(m, kPrompts[static_cast<std::size_t>(i)]), 24));
+    }
+
+    // Adoption from the other stream: a whole copy, then the tail trimmed.
+    const auto base = encode(m, kPrompts[2]);
+    EngineRequest r1 = request(base, 8);
+    r1.session = "pinned";
+    auto d1 = drain(*e.submit(r1));
+    std::vector<Token> p2 = base;
+    const auto tail = encode(m, " The dog barked");
+    p2.insert(p2.end(), tail.begin() + 1, tail.end());
+    auto d2 = drain(*e.submit(request(p2, 12)));
+    EXPECT_NE(d2.completion.cache.slot, d1.completion.cache.slot);
+    EXPECT_EQ(d2.completion.cache.source, ReuseSource::other_slot);
+    EXPECT_EQ(d2.completion.cache.reused_tokens, static_cast<int>(base.size()));
+    EXPECT_EQ(d2.completion.generation.tokens, solo(p2, 12));
+
+    ASSERT_TRUE(e.end_session("pinned"));
+    EngineRequest s = request(base, 6);
+    s.session = "a";
+    auto first = drain(*e.submit(s));
+    ASSERT_TRUE(e.fork_session("a", "b"));
+    std::vector<Token> next = base;
+    next.insert(next.end(), first.completion.generation.tokens.begin(),
+                first.completion.generation.tokens.end());
+    EngineRequest turn = request(next, 6);
+    turn.session = "b";
+    auto forked = drain(*e.submit(turn));
+    EXPECT_EQ(forked.completion.cache.reused_tokens, static_cast<int>(next.size() - 1));
+    EXPECT_EQ(forked.completion.generation.tokens, solo(next, 6));
+}
