@@ -27,4 +27,6 @@ fi
 "$root/scripts/setup.sh"
 build=${LLAMAPP_BUILD_DIR:-$root/build}
 cd "$build"
-ctest --output-on-failure -j "$(nproc)" --timeout 900 "${ctest_args[@]}"
+# One test at a time: every test decodes with all cores, and ggml's thread pool spins at its
+# barriers, so two tests side by side on a small machine slow each other down about tenfold.
+ctest --output-on-failure -j 1 --timeout 900 "${ctest_args[@]}"
