@@ -120,11 +120,37 @@ Slot* Scheduler::choose_slot(const Pending& pending) {
     return chosen;
 }
 
+// A request whose prompt shares a long prefix with a prompt another slot is computing right now
+// waits until that part is in the cache and then copies it, instead of computing it again: a
+// burst of requests with one system prompt computes it once.
+bool Scheduler::worth_waiting_for_donor(const Pending& pending) const {
+    const EngineRequest& req = pending.request;
+    if (!options_.prefix_reuse || !req.options.reuse_prefix) return false;
+    if (!modes_.copy_prefix && !(modes_.copy_whole && modes_.trim_tail)) return false;
+    std::size_t now = 0, soon = 0;
+    for (const auto& s : slots_) {
+        now = std::max(now, usable_prefix(s, req.prompt));
+        if (!s.running || s.running->next_prompt >= s.running->prompt().size()) continue;
+        const auto& theirs = s.running->prompt();
+        const std::size_t n =
+            std::min({common_prefix(theirs, req.prompt), req.prompt.size() - 1, theirs.size()});
+        soon = std::max(soon, n);
+    }
+    // Once the shared part is long enough to matter, wait for all of it: one more step costs
+    // less than computing the rest a second time.
+    return soon > now && soon >= static_cast<std::size_t>(std::max(options_.min_adopt_tokens,
+                                                                   min_wait_for_donor_tokens));
+}
+
 void Scheduler::admit() {
     for (auto it = queue_.begin(); it != queue_.end();) {
         const bool any_idle =
             std::any_of(slots_.begin(), slots_.end(), [](const Slot& s) { return !s.running; });
         if (!any_idle) break;
+        if (worth_waiting_for_donor(**it)) {
+            ++it;
+            continue;
+        }
         Slot* slot = choose_slot(**it);
         if (!slot) {
             ++it;

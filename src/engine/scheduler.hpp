@@ -99,6 +99,9 @@ class Scheduler {
     void rollback(std::size_t begin, std::size_t end, const Error& error, bool fail_requests);
 
     Slot* choose_slot(const Pending& pending);
+    bool worth_waiting_for_donor(const Pending& pending) const;
+    // Waiting for another slot's prefill pays off only for a shared prefix at least this long.
+    static constexpr int min_wait_for_donor_tokens = 64;
     void start_running(Slot& slot, std::unique_ptr<Pending> pending);
     std::size_t usable_prefix(const Slot& from, const std::vector<Token>& prompt) const;
     bool window_intact(const Slot& slot, std::size_t reused) const;

@@ -136,3 +136,26 @@ INSTANTIATE_TEST_SUITE_P(Generated, EngineFamilies,
                              std::replace(n.begin(), n.end(), '-', '_');
                              return n;
                          });
+
+TEST(EngineChat, MessagesAreRenderedOnTheCallersThreadAndTheReplyParses) {
+    set_log_level(LogLevel::none);
+    auto model = Model::load(test::generated_model("qwen3-tiny.gguf"));
+    ASSERT_TRUE(model);
+    auto tmpl = ChatTemplate::create(*model);
+    ASSERT_TRUE(tmpl) << tmpl.error().describe();
+    EngineOptions o;
+    o.context.n_ctx = 512;
+    o.context.n_seq_max = 2;
+    auto e = Engine::create(*model, o);
+    ASSERT_TRUE(e);
+    EngineRequest r = request({}, 8);
+    r.options.stop = {"never"};
+    auto sub = e->submit_chat(*tmpl, {{"system", "Be brief."}, {"user", "Hello"}}, r);
+    ASSERT_TRUE(sub) << sub.error().describe();
+    EXPECT_NE(sub->prompt.text.find("Hello"), std::string::npos);
+    auto d = drain(sub->handle);
+    EXPECT_EQ(d.completion.generation.usage.prompt_tokens,
+              static_cast<int>(sub->prompt.tokens.size()));
+    ChatMessage reply = ChatTemplate::parse(d.completion.generation.text, sub->prompt);
+    EXPECT_EQ(reply.role, "assistant");
+}

@@ -480,3 +480,82 @@ TEST(Engine, SplitKvCacheCopiesPrefixesAndKeepsOutputs) {
     EXPECT_EQ(forked.completion.cache.reused_tokens, static_cast<int>(next.size() - 1));
     EXPECT_EQ(forked.completion.generation.tokens, solo(next, 6));
 }
+
+TEST(Engine, LogprobsArriveWithEachPiece) {
+    const Model& m = test::stories_model();
+    Engine e = engine(options(1));
+    EngineRequest r = request(encode(m, kPrompts[0]), 6);
+    r.options.top_logprobs = 3;
+    auto h = e.submit(r);
+    ASSERT_TRUE(h);
+    EngineEvent ev;
+    int with = 0;
+    while (h->next(ev)) {
+        if (ev.final) {
+            EXPECT_EQ(ev.completion->generation.logprobs.size(), 6u);
+            continue;
+        }
+        ASSERT_TRUE(ev.piece.logprobs);
+        EXPECT_EQ(ev.piece.logprobs->chosen.token, ev.piece.token);
+        EXPECT_EQ(ev.piece.logprobs->top.size(), 3u);
+        EXPECT_LE(ev.piece.logprobs->chosen.logprob, 0.0f);
+        ++with;
+    }
+    EXPECT_EQ(with, 6);
+}
+
+TEST(Engine, ADecodeOverItsTimeBudgetIsAbortedAndOnlyItsRequestEnds) {
+    const Model& m = test::stories_model();
+    EngineOptions o = options(1, 4096);
+    o.prefill_chunk = 4096;
+    o.context.n_batch = 4096;
+    o.context.n_ubatch = 512;
+    o.context.decode_timeout = std::chrono::milliseconds(1);
+    Engine e = engine(o);
+    std::vector<Token> long_prompt;
+    while (long_prompt.size() < 3000) {
+        auto t = encode(m, " Lily and Ben played in the park with their big red ball.");
+        long_prompt.insert(long_prompt.end(), t.begin() + 1, t.end());
+    }
+    auto d = drain(*e.submit(request(long_prompt, 4)));
+    EXPECT_EQ(d.completion.generation.finish_reason, FinishReason::cancelled);
+    ASSERT_TRUE(d.completion.generation.error);
+    EXPECT_EQ(d.completion.generation.error->code, ErrorCode::timeout);
+    // The aborted call left nothing behind: a short request runs normally afterwards.
+    auto ok = drain(*e.submit(request(encode(m, kPrompts[0]), 4)));
+    EXPECT_EQ(ok.completion.generation.finish_reason, FinishReason::length);
+    EXPECT_EQ(ok.completion.generation.tokens, solo(encode(m, kPrompts[0]), 4));
+}
+
+TEST(Engine, ABurstSharingASystemPromptComputesItOnce) {
+    const Model& m = test::stories_model();
+    EngineOptions o = options(4, 2048);
+    o.prefill_chunk = 32;  // the shared prefix takes several steps to compute
+    Engine e = engine(o);
+    std::vector<Token> system;
+    while (system.size() < 200) {
+        auto t = encode(m, " Lily and Ben were best friends and liked to play outside.");
+        system.insert(system.end(), t.begin() + (system.empty() ? 0 : 1), t.end());
+    }
+    std::vector<EngineRequest> burst;
+    std::vector<std::vector<Token>> prompts;
+    for (int i = 0; i < 4; ++i) {
+        auto tail = encode(m, kPrompts[static_cast<std::size_t>(i)]);
+        std::vector<Token> p = system;
+        p.insert(p.end(), tail.begin() + 1, tail.end());
+        prompts.push_back(p);
+        burst.push_back(request(p, 8));
+    }
+    auto handles = e.submit_all(std::move(burst));
+    ASSERT_TRUE(handles);
+    int adopted = 0;
+    for (std::size_t i = 0; i < handles->size(); ++i) {
+        auto d = drain((*handles)[i]);
+        if (d.completion.cache.source == ReuseSource::other_slot) {
+            ++adopted;
+            EXPECT_GE(d.completion.cache.reused_tokens, static_cast<int>(system.size()) - 1);
+        }
+        EXPECT_EQ(d.completion.generation.tokens, solo(prompts[i], 8)) << i;
+    }
+    EXPECT_EQ(adopted, 3);
+}
