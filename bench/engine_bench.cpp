@@ -167,6 +167,7 @@ int run_throughput(const Common& c, const Model& model, const std::string& exe,
 
 struct TurnStats {
     std::vector<double> ttft_ms;
+    std::vector<double> queue_ms;  // the part of TTFT spent waiting for a slot
     long prompt_tokens = 0;
     long reused_tokens = 0;
     int hits = 0;
@@ -199,6 +200,7 @@ TurnStats run_conversations(const Model& model, const Common& c, bool reuse, int
             history.insert(history.end(), g.tokens.begin(), g.tokens.end());
             std::lock_guard lock(mu);
             stats.ttft_ms.push_back(g.timings.ttft_ms);
+            stats.queue_ms.push_back(done.queue_ms);
             stats.prompt_tokens += g.usage.prompt_tokens;
             stats.reused_tokens += g.usage.cached_tokens;
             stats.hits += g.usage.cached_tokens > 0 ? 1 : 0;
@@ -221,6 +223,7 @@ int run_multiturn(const Common& c, const Model& model, int slots, int conversati
                                             system_len, user_len, reply_len, 7 + round);
             TurnStats& into = reuse ? on : off;
             into.ttft_ms.insert(into.ttft_ms.end(), s.ttft_ms.begin(), s.ttft_ms.end());
+            into.queue_ms.insert(into.queue_ms.end(), s.queue_ms.begin(), s.queue_ms.end());
             into.prompt_tokens += s.prompt_tokens;
             into.reused_tokens += s.reused_tokens;
             into.hits += s.hits;
@@ -229,13 +232,13 @@ int run_multiturn(const Common& c, const Model& model, int slots, int conversati
         std::fprintf(stderr, "round %d/%d done\n", round + 1, c.rounds);
     }
     const double ttft_on = median(on.ttft_ms), ttft_off = median(off.ttft_ms);
+    const double queue_on = median(on.queue_ms), queue_off = median(off.queue_ms);
     const double token_hit = static_cast<double>(on.reused_tokens) / on.prompt_tokens;
     const double request_hit = static_cast<double>(on.hits) / on.requests;
     if (c.json) {
-        nlohmann::json out = {{"ttft_ms_reuse", ttft_on},
-                              {"ttft_ms_no_reuse", ttft_off},
-                              {"speedup", ttft_off / ttft_on},
-                              {"token_hit_ratio", token_hit},
+        nlohmann::json out = {{"ttft_ms_reuse", ttft_on},        {"ttft_ms_no_reuse", ttft_off},
+                              {"queue_ms_reuse", queue_on},      {"queue_ms_no_reuse", queue_off},
+                              {"speedup", ttft_off / ttft_on},   {"token_hit_ratio", token_hit},
                               {"request_hit_ratio", request_hit}};
         std::printf("%s\n", out.dump(2).c_str());
         return 0;
@@ -244,10 +247,12 @@ int run_multiturn(const Common& c, const Model& model, int slots, int conversati
         "%d conversations x %d turns on %d slots, %d-token system prompt, %d-token user "
         "turns, %d-token replies, %d threads, %d rounds\n",
         conversations, turns, slots, system_len, user_len, reply_len, c.threads, c.rounds);
-    std::printf("| prefix reuse | median TTFT ms | prompt tokens reused | requests with a hit |\n");
-    std::printf("|--------------|---------------:|---------------------:|--------------------:|\n");
-    std::printf("| off          | %14.1f | %20s | %19s |\n", ttft_off, "0%", "0%");
-    std::printf("| on           | %14.1f | %19.1f%% | %18.1f%% |\n", ttft_on, token_hit * 100,
+    std::printf(
+        "| prefix reuse | median TTFT ms | median queue wait ms | prompt tokens reused | "
+        "requests with a hit |\n");
+    std::printf("|---|---:|---:|---:|---:|\n");
+    std::printf("| off | %.1f | %.1f | 0%% | 0%% |\n", ttft_off, queue_off);
+    std::printf("| on | %.1f | %.1f | %.1f%% | %.1f%% |\n", ttft_on, queue_on, token_hit * 100,
                 request_hit * 100);
     std::printf("speed-up of median TTFT: %.1fx\n", ttft_off / ttft_on);
     return 0;

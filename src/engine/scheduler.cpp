@@ -63,9 +63,8 @@ Result<void> Scheduler::enqueue(std::vector<std::unique_ptr<Pending>> pending) {
         inbox_->queued_tokens += tokens;
         for (auto& p : pending) inbox_->submitted.push_back(std::move(p));
         inbox_->dirty = true;
-    }
-    {
-        std::lock_guard lock(idle_mutex_);
+        // Under the inbox lock, so the decode thread cannot finish this work before it is marked.
+        std::lock_guard idle_lock(idle_mutex_);
         is_idle_ = false;
     }
     inbox_->wake.notify_one();
