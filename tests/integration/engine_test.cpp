@@ -504,27 +504,60 @@ TEST(Engine, LogprobsArriveWithEachPiece) {
     EXPECT_EQ(with, 6);
 }
 
-TEST(Engine, ADecodeOverItsTimeBudgetIsAbortedAndOnlyItsRequestEnds) {
+namespace {
+
+std::vector<Token> long_prompt(const Model& m, std::size_t n) {
+    std::vector<Token> p;
+    while (p.size() < n) {
+        auto t = encode(m, " Lily and Ben played in the park with their big red ball.");
+        p.insert(p.end(), t.begin() + (p.empty() ? 0 : 1), t.end());
+    }
+    return p;
+}
+
+EngineOptions one_big_step(std::int64_t n_ctx) {
+    EngineOptions o = options(1, n_ctx);
+    o.prefill_chunk = static_cast<int>(n_ctx);
+    o.context.n_batch = n_ctx;
+    return o;
+}
+
+}  // namespace
+
+TEST(Engine, CancellingARequestAbortsItsDecodeInFlight) {
     const Model& m = test::stories_model();
-    EngineOptions o = options(1, 4096);
-    o.prefill_chunk = 4096;
-    o.context.n_batch = 4096;
-    o.context.n_ubatch = 512;
+    EngineOptions o = one_big_step(4096);
+    CancellationToken cancel;
+    // Cancelled as it is admitted, i.e. just before its 3,000-token decode starts: only the
+    // abort callback can stop that decode before it completes.
+    o.on_lifecycle = [&](const LifecycleEvent& ev) {
+        if (ev.stage == LifecycleStage::admitted) cancel.cancel();
+    };
+    Engine e = engine(o);
+    EngineRequest r = request(long_prompt(m, 3000), 4);
+    r.options.cancel = cancel;
+    auto d = drain(*e.submit(r));
+    EXPECT_EQ(d.completion.generation.finish_reason, FinishReason::cancelled);
+    EXPECT_EQ(d.completion.generation.usage.completion_tokens, 0);
+    // The aborted decode was rolled back: the sequence holds nothing of the prompt.
+    EXPECT_TRUE(test::eventually([&] { return e.stats().busy_slots == 0; }));
+    EXPECT_EQ(e.stats().kv_tokens, 0);
+    EXPECT_NE(e.metrics().prometheus_text().find("llamapp_requests_total{outcome=\"cancelled\"} 1"),
+              std::string::npos);
+}
+
+TEST(Engine, ADecodeOverItsTimeBudgetIsAbortedAndTheEngineLivesOn) {
+    const Model& m = test::stories_model();
+    EngineOptions o = one_big_step(4096);
     o.context.decode_timeout = std::chrono::milliseconds(1);
     Engine e = engine(o);
-    std::vector<Token> long_prompt;
-    while (long_prompt.size() < 3000) {
-        auto t = encode(m, " Lily and Ben played in the park with their big red ball.");
-        long_prompt.insert(long_prompt.end(), t.begin() + 1, t.end());
+    for (int i = 0; i < 2; ++i) {
+        auto d = drain(*e.submit(request(long_prompt(m, 3000), 4)));
+        EXPECT_EQ(d.completion.generation.finish_reason, FinishReason::cancelled);
+        ASSERT_TRUE(d.completion.generation.error);
+        EXPECT_EQ(d.completion.generation.error->code, ErrorCode::timeout);
+        EXPECT_EQ(e.stats().kv_tokens, 0);
     }
-    auto d = drain(*e.submit(request(long_prompt, 4)));
-    EXPECT_EQ(d.completion.generation.finish_reason, FinishReason::cancelled);
-    ASSERT_TRUE(d.completion.generation.error);
-    EXPECT_EQ(d.completion.generation.error->code, ErrorCode::timeout);
-    // The aborted call left nothing behind: a short request runs normally afterwards.
-    auto ok = drain(*e.submit(request(encode(m, kPrompts[0]), 4)));
-    EXPECT_EQ(ok.completion.generation.finish_reason, FinishReason::length);
-    EXPECT_EQ(ok.completion.generation.tokens, solo(encode(m, kPrompts[0]), 4));
 }
 
 TEST(Engine, ABurstSharingASystemPromptComputesItOnce) {
