@@ -70,6 +70,9 @@ struct EngineRequest {
     GenerateOptions options;
     std::chrono::milliseconds queue_timeout{-1};  // -1 = the engine's default, 0 = none
     std::string session;  // sticks the request to the session's sequence; created on first use
+    // Reuse is a read of another caller's KV: a request reuses or copies only what requests of
+    // the same scope left behind, and finds sessions only within it (set it per tenant).
+    std::string cache_scope;
 };
 
 // What partial removal and sequence copy can do for this model, probed at engine start.
@@ -83,6 +86,7 @@ struct ReuseModes {
 
 struct SessionInfo {
     std::string id;
+    std::string scope;
     int slot = -1;
     int cached_tokens = 0;
     bool busy = false;
@@ -134,9 +138,10 @@ class Engine {
 
     // Copies an idle session's sequence into a new session `to`, so that two continuations share
     // the prefix. Errors: not_found, already_exists, busy (from is running, or no free slot).
-    Result<void> fork_session(const std::string& from, const std::string& to);
+    Result<void> fork_session(const std::string& from, const std::string& to,
+                              const std::string& scope = {});
     // Forgets a session and frees its sequence. Errors: not_found, busy (a request runs on it).
-    Result<void> end_session(const std::string& id);
+    Result<void> end_session(const std::string& id, const std::string& scope = {});
     std::vector<SessionInfo> sessions() const;
 
     // Stops accepting work, lets what runs and waits finish for up to `grace`, cancels the rest

@@ -54,8 +54,9 @@ void Scheduler::clear_sequence(Slot& slot) {
 
 // How much of `from`'s cache a prompt can reuse: at most len-1 tokens so that fresh logits
 // exist, and on models that cannot trim only the whole cache as an exact prefix.
-std::size_t Scheduler::usable_prefix(const Slot& from, const std::vector<Token>& prompt) const {
-    if (prompt.empty()) return 0;
+std::size_t Scheduler::usable_prefix(const Slot& from, const EngineRequest& request) const {
+    const std::vector<Token>& prompt = request.prompt;
+    if (prompt.empty() || from.scope != request.cache_scope) return 0;
     std::size_t n = std::min(common_prefix(from.cached, prompt), prompt.size() - 1);
     if (!modes_.trim_tail && n != from.cached.size()) n = 0;
     return n;
@@ -72,7 +73,7 @@ bool Scheduler::window_intact(const Slot& slot, std::size_t reused) const {
 Slot* Scheduler::choose_slot(const Pending& pending) {
     const EngineRequest& req = pending.request;
     if (!req.session.empty()) {
-        if (auto it = sessions_.find(req.session); it != sessions_.end()) {
+        if (auto it = sessions_.find({req.cache_scope, req.session}); it != sessions_.end()) {
             Slot& pinned = slots_[static_cast<std::size_t>(it->second)];
             return pinned.running ? nullptr : &pinned;  // waits for its own turn to finish
         }
@@ -90,7 +91,7 @@ Slot* Scheduler::choose_slot(const Pending& pending) {
         }
         if (!oldest) return nullptr;
         log(LogLevel::debug, "engine: reclaiming idle session '{}'", oldest->session);
-        sessions_.erase(oldest->session);
+        sessions_.erase({oldest->scope, oldest->session});
         oldest->session.clear();
         free.push_back(oldest);
     }
@@ -98,7 +99,7 @@ Slot* Scheduler::choose_slot(const Pending& pending) {
     if (options_.prefix_reuse && req.options.reuse_prefix) {
         std::size_t best = 0;
         for (Slot* s : free) {
-            const std::size_t n = usable_prefix(*s, req.prompt);
+            const std::size_t n = usable_prefix(*s, req);
             if (n > best) {
                 best = n;
                 chosen = s;
@@ -114,8 +115,9 @@ Slot* Scheduler::choose_slot(const Pending& pending) {
         });
     }
     if (!req.session.empty()) {
+        if (!chosen->session.empty()) sessions_.erase({chosen->scope, chosen->session});
         chosen->session = req.session;
-        sessions_[req.session] = chosen->seq;
+        sessions_[{req.cache_scope, req.session}] = chosen->seq;
     }
     return chosen;
 }
@@ -129,8 +131,10 @@ bool Scheduler::worth_waiting_for_donor(const Pending& pending) const {
     if (!modes_.copy_prefix && !(modes_.copy_whole && modes_.trim_tail)) return false;
     std::size_t now = 0, soon = 0;
     for (const auto& s : slots_) {
-        now = std::max(now, usable_prefix(s, req.prompt));
-        if (!s.running || s.running->next_prompt >= s.running->prompt().size()) continue;
+        now = std::max(now, usable_prefix(s, req));
+        if (!s.running || s.running->next_prompt >= s.running->prompt().size() ||
+            s.running->pending->request.cache_scope != req.cache_scope)
+            continue;
         const auto& theirs = s.running->prompt();
         const std::size_t n =
             std::min({common_prefix(theirs, req.prompt), req.prompt.size() - 1, theirs.size()});
@@ -169,13 +173,13 @@ void Scheduler::start_running(Slot& slot, std::unique_ptr<Pending> pending) {
     const bool reuse = options_.prefix_reuse && pending->request.options.reuse_prefix;
     llama_memory_t mem = state_.memory();
 
-    std::size_t own = reuse ? usable_prefix(slot, prompt) : 0;
+    std::size_t own = reuse ? usable_prefix(slot, pending->request) : 0;
     Slot* donor = nullptr;
     std::size_t donated = 0;
     if (reuse && (modes_.copy_prefix || modes_.copy_whole)) {
         for (auto& other : slots_) {
             if (&other == &slot || other.cached.empty()) continue;
-            std::size_t n = usable_prefix(other, prompt);
+            std::size_t n = usable_prefix(other, pending->request);
             // Without partial copies a whole sequence is copied, then trimmed where possible.
             if (!modes_.copy_prefix && !modes_.trim_tail && n != other.cached.size()) n = 0;
             if (n > donated) {
@@ -217,6 +221,7 @@ void Scheduler::start_running(Slot& slot, std::unique_ptr<Pending> pending) {
         cache.source = ReuseSource::none;
     }
 
+    slot.scope = pending->request.cache_scope;
     auto r = std::make_unique<Running>();
     r->pending = std::move(pending);
     r->next_prompt = slot.cached.size();
@@ -238,10 +243,12 @@ void Scheduler::start_running(Slot& slot, std::unique_ptr<Pending> pending) {
 
 // ---- sessions (decode thread) -----------------------------------------------------------------
 
-Result<void> Scheduler::fork(const std::string& from, const std::string& to) {
-    auto it = sessions_.find(from);
+Result<void> Scheduler::fork(const std::string& from, const std::string& to,
+                             const std::string& scope) {
+    auto it = sessions_.find({scope, from});
     if (it == sessions_.end()) return fail(ErrorCode::not_found, "no such session", from);
-    if (sessions_.contains(to)) return fail(ErrorCode::already_exists, "session exists", to);
+    if (sessions_.contains({scope, to}))
+        return fail(ErrorCode::already_exists, "session exists", to);
     if (!modes_.copy_whole) {
         return fail(ErrorCode::unsupported_operation, "this model cannot copy a sequence",
                     modes_.describe());
@@ -261,20 +268,21 @@ Result<void> Scheduler::fork(const std::string& from, const std::string& to) {
                 target = &s;
         }
         if (!target) return fail(ErrorCode::busy, "no free sequence for the fork", to);
-        sessions_.erase(target->session);
+        sessions_.erase({target->scope, target->session});
     }
     llama_memory_t mem = state_.memory();
     llama_memory_seq_rm(mem, target->seq, -1, -1);
     llama_memory_seq_cp(mem, source.seq, target->seq, -1, -1);
     target->cached = source.cached;
     target->session = to;
+    target->scope = scope;
     target->last_used = Clock::now();
-    sessions_[to] = target->seq;
+    sessions_[{scope, to}] = target->seq;
     return {};
 }
 
-Result<void> Scheduler::end(const std::string& id) {
-    auto it = sessions_.find(id);
+Result<void> Scheduler::end(const std::string& id, const std::string& scope) {
+    auto it = sessions_.find({scope, id});
     if (it == sessions_.end()) return fail(ErrorCode::not_found, "no such session", id);
     Slot& slot = slots_[static_cast<std::size_t>(it->second)];
     if (slot.running) return fail(ErrorCode::busy, "the session has a request running", id);
@@ -287,10 +295,11 @@ Result<void> Scheduler::end(const std::string& id) {
 std::vector<SessionInfo> Scheduler::list_sessions() const {
     std::vector<SessionInfo> out;
     const auto now = Clock::now();
-    for (const auto& [id, index] : sessions_) {
+    for (const auto& [key, index] : sessions_) {
         const Slot& s = slots_[static_cast<std::size_t>(index)];
         SessionInfo info;
-        info.id = id;
+        info.scope = key.first;
+        info.id = key.second;
         info.slot = s.seq;
         info.cached_tokens = static_cast<int>(s.cached.size());
         info.busy = s.running != nullptr;
@@ -298,9 +307,7 @@ std::vector<SessionInfo> Scheduler::list_sessions() const {
             s.running ? 0 : std::chrono::duration<double>(now - s.last_used).count();
         out.push_back(std::move(info));
     }
-    std::sort(out.begin(), out.end(),
-              [](const SessionInfo& a, const SessionInfo& b) { return a.id < b.id; });
-    return out;
+    return out;  // ordered by scope, then id
 }
 
 }  // namespace llamapp::detail

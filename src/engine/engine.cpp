@@ -181,14 +181,15 @@ Result<ChatSubmission> Engine::submit_chat(const ChatTemplate& chat_template,
     return ChatSubmission{std::move(*handle), std::move(*prompt)};
 }
 
-Result<void> Engine::fork_session(const std::string& from, const std::string& to) {
+Result<void> Engine::fork_session(const std::string& from, const std::string& to,
+                                  const std::string& scope) {
     if (from.empty() || to.empty())
         return fail(ErrorCode::invalid_argument, "session ids must not be empty", "session");
-    return scheduler_->on_decode_thread<void>([&] { return scheduler_->fork(from, to); });
+    return scheduler_->on_decode_thread<void>([&] { return scheduler_->fork(from, to, scope); });
 }
 
-Result<void> Engine::end_session(const std::string& id) {
-    return scheduler_->on_decode_thread<void>([&] { return scheduler_->end(id); });
+Result<void> Engine::end_session(const std::string& id, const std::string& scope) {
+    return scheduler_->on_decode_thread<void>([&] { return scheduler_->end(id, scope); });
 }
 
 std::vector<SessionInfo> Engine::sessions() const {

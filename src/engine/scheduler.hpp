@@ -6,10 +6,11 @@
 #include <condition_variable>
 #include <deque>
 #include <future>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
-#include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "core/context_state.hpp"
@@ -37,6 +38,7 @@ struct Slot {
     int seq = 0;
     std::vector<Token> cached;  // tokens whose KV the sequence holds, in position order
     std::string session;        // pinned to this session when not empty
+    std::string scope;          // cache scope of the request that wrote the cached tokens
     Reply::Clock::time_point last_used{};
     std::unique_ptr<Running> running;  // null while idle
 };
@@ -72,8 +74,8 @@ class Scheduler {
     void notify(const LifecycleEvent& event) const;
 
     // Decode thread: session commands.
-    Result<void> fork(const std::string& from, const std::string& to);
-    Result<void> end(const std::string& id);
+    Result<void> fork(const std::string& from, const std::string& to, const std::string& scope);
+    Result<void> end(const std::string& id, const std::string& scope);
     std::vector<SessionInfo> list_sessions() const;
 
   private:
@@ -103,7 +105,7 @@ class Scheduler {
     // Waiting for another slot's prefill pays off only for a shared prefix at least this long.
     static constexpr int min_wait_for_donor_tokens = 64;
     void start_running(Slot& slot, std::unique_ptr<Pending> pending);
-    std::size_t usable_prefix(const Slot& from, const std::vector<Token>& prompt) const;
+    std::size_t usable_prefix(const Slot& from, const EngineRequest& request) const;
     bool window_intact(const Slot& slot, std::size_t reused) const;
     void clear_sequence(Slot& slot);
 
@@ -129,7 +131,8 @@ class Scheduler {
     // Decode thread state.
     std::vector<Slot> slots_;
     std::deque<std::unique_ptr<Pending>> queue_;
-    std::unordered_map<std::string, int> sessions_;  // session id -> slot index
+    using SessionKey = std::pair<std::string, std::string>;  // scope, session id
+    std::map<SessionKey, int> sessions_;                     // -> slot index
     std::vector<Row> rows_;
     LlamaBatch batch_;
 

@@ -592,3 +592,35 @@ TEST(Engine, ABurstSharingASystemPromptComputesItOnce) {
     }
     EXPECT_EQ(adopted, 3);
 }
+
+TEST(Engine, CacheScopesKeepTenantsApart) {
+    const Model& m = test::stories_model();
+    Engine e = engine(options(2));
+    const auto p = encode(m, kPrompts[2]);
+    auto in = [&](const std::string& scope, const std::string& session = {}) {
+        EngineRequest r = request(p, 6);
+        r.cache_scope = scope;
+        r.session = session;
+        return drain(*e.submit(r)).completion;
+    };
+    EXPECT_EQ(in("tenant-a", "chat").cache.source, ReuseSource::none);
+    // Another tenant with the same prompt neither reuses the slot nor copies from it.
+    auto other = in("tenant-b");
+    EXPECT_EQ(other.cache.source, ReuseSource::none);
+    EXPECT_EQ(other.cache.reused_tokens, 0);
+    // The same tenant does.
+    auto same = in("tenant-b");
+    EXPECT_EQ(same.cache.source, ReuseSource::same_slot);
+    EXPECT_EQ(same.generation.tokens, other.generation.tokens);
+
+    auto list = e.sessions();
+    ASSERT_EQ(list.size(), 1u);
+    EXPECT_EQ(list[0].scope, "tenant-a");
+    EXPECT_EQ(list[0].id, "chat");
+    // A session id is only found within its scope.
+    EXPECT_EQ(e.end_session("chat").error().code, ErrorCode::not_found);
+    EXPECT_EQ(e.fork_session("chat", "copy", "tenant-b").error().code, ErrorCode::not_found);
+    ASSERT_TRUE(e.fork_session("chat", "copy", "tenant-a"));
+    EXPECT_TRUE(e.end_session("copy", "tenant-a"));
+    EXPECT_TRUE(e.end_session("chat", "tenant-a"));
+}
