@@ -37,7 +37,7 @@ struct EngineOptions {
     // attends over the cells all slots hold; with false each slot gets n_ctx / n_seq_max cells
     // of its own, attention stays per slot, and adopting another slot's prefix copies its cells.
     bool unified_kv = true;
-    std::size_t max_queued_requests = 64;     // waiting for a slot; 0 = no request may wait
+    std::size_t max_queued_requests = 64;     // accepted but not yet in a slot (>= 1)
     std::size_t max_queued_tokens = 1 << 20;  // prompt tokens of the waiting requests
     int prefill_chunk = 512;                  // most prompt tokens one sequence gets per decode
     std::shared_ptr<BatchStrategy> strategy;  // null = decode_maximal()
@@ -113,7 +113,7 @@ class Scheduler;
 
 // Thread-safe: any thread may submit, cancel and manage sessions. One internal decode thread is
 // the only code that touches the llama.cpp context. Destroying the engine cancels what runs and
-// joins the thread.
+// joins the thread. A moved-from Engine may only be destroyed or assigned to.
 class Engine {
   public:
     static Result<Engine> create(const Model& model, EngineOptions options = {});
