@@ -246,12 +246,12 @@ Result<Context> Context::create(const Model& model, const ContextOptions& option
                     "llama.cpp refused the context options: " + capture.last_error());
     }
     state->ctx.reset(raw);
-    ggml_threadpool_params tp = ggml_threadpool_params_default(p.n_threads);
-    state->threads.reset(ggml_threadpool_new(&tp));
-    if (p.n_threads_batch != p.n_threads) {
-        ggml_threadpool_params tpb = ggml_threadpool_params_default(p.n_threads_batch);
-        state->threads_batch.reset(ggml_threadpool_new(&tpb));
-    }
+    auto pool = [](int n) {
+        ggml_threadpool_params params = ggml_threadpool_params_default(n);
+        return detail::Threadpool(ggml_threadpool_new(&params));
+    };
+    state->threads = pool(p.n_threads);
+    if (p.n_threads_batch != p.n_threads) state->threads_batch = pool(p.n_threads_batch);
     if (state->threads) {
         llama_attach_threadpool(
             raw, state->threads.get(),

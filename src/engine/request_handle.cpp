@@ -62,15 +62,24 @@ void RequestHandle::cancel() {
     channel_->request_cancel();
 }
 
+namespace {
+
+// Pops the next event; the caller holds the channel's lock and has seen one waiting.
+void take(detail::RequestChannel& c, EngineEvent& event) {
+    event = std::move(c.events.front());
+    c.events.pop_front();
+    if (event.final) c.final_taken = true;
+}
+
+}  // namespace
+
 RequestHandle::Wait RequestHandle::next_for(EngineEvent& event, std::chrono::milliseconds timeout) {
     if (!channel_) return Wait::closed;
     auto& c = *channel_;
     std::unique_lock lock(c.mutex);
     if (c.final_taken) return Wait::closed;
     if (!c.ready.wait_for(lock, timeout, [&] { return !c.events.empty(); })) return Wait::timeout;
-    event = std::move(c.events.front());
-    c.events.pop_front();
-    if (event.final) c.final_taken = true;
+    take(c, event);
     return Wait::event;
 }
 
@@ -80,9 +89,7 @@ bool RequestHandle::next(EngineEvent& event) {
     std::unique_lock lock(c.mutex);
     if (c.final_taken) return false;
     c.ready.wait(lock, [&] { return !c.events.empty(); });
-    event = std::move(c.events.front());
-    c.events.pop_front();
-    if (event.final) c.final_taken = true;
+    take(c, event);
     return true;
 }
 

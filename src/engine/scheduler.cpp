@@ -261,41 +261,36 @@ void Scheduler::complete(Slot& slot) {
         const int computed = c.generation.usage.prompt_tokens - c.generation.usage.cached_tokens;
         t.prefill_tokens_per_s = t.prefill_ms > 0 ? computed * 1000.0 / t.prefill_ms : 0;
     }
+    deliver(std::move(c), *r->pending);
+}
+
+// The one way a request ends: outcome metrics, the lifecycle hook, then its final event.
+void Scheduler::deliver(Completion c, const Pending& pending) {
     metrics_.count_outcome(c.generation);
-    metrics_.end_to_end->observe(t.total_ms / 1000.0);
+    metrics_.end_to_end->observe(c.generation.timings.total_ms / 1000.0);
     LifecycleEvent e;
     e.request_id = c.request_id;
     e.stage = c.generation.finish_reason == FinishReason::cancelled ? LifecycleStage::cancelled
                                                                     : LifecycleStage::finished;
-    e.session = r->pending->request.session;
+    e.session = pending.request.session;
     e.completion = &c;
     notify(e);
     EngineEvent final_event;
     final_event.final = true;
     final_event.completion = std::move(c);
-    r->pending->channel->push(std::move(final_event));
+    pending.channel->push(std::move(final_event));
 }
 
 void Scheduler::finish_queued(std::unique_ptr<Pending> pending, std::optional<Error> error) {
     Reply& reply = *pending->reply;
-    reply.set_prompt(pending->request.prompt, 0);
+    // Never admitted: the prompt was not fed to the sampler and nothing of it was computed.
+    reply.result().usage.prompt_tokens = static_cast<int>(pending->request.prompt.size());
     reply.finish(FinishReason::cancelled, std::move(error));
     Completion c;
     c.request_id = pending->id;
     c.generation = std::move(reply.result());
     c.queue_ms = ms_between(pending->submitted, Clock::now());
-    metrics_.count_outcome(c.generation);
-    metrics_.end_to_end->observe(c.generation.timings.total_ms / 1000.0);
-    LifecycleEvent e;
-    e.request_id = c.request_id;
-    e.stage = LifecycleStage::cancelled;
-    e.session = pending->request.session;
-    e.completion = &c;
-    notify(e);
-    EngineEvent final_event;
-    final_event.final = true;
-    final_event.completion = std::move(c);
-    pending->channel->push(std::move(final_event));
+    deliver(std::move(c), *pending);
 }
 
 }  // namespace llamapp::detail

@@ -112,6 +112,7 @@ class Scheduler {
     void emit(Running& running, StreamPiece piece);
     void finish(Slot& slot, FinishReason reason, std::optional<Error> error = std::nullopt);
     void complete(Slot& slot);
+    void deliver(Completion completion, const Pending& pending);
     void finish_queued(std::unique_ptr<Pending> pending, std::optional<Error> error);
     void dequeued(const Pending& pending);
     void publish_gauges();
@@ -134,6 +135,9 @@ class Scheduler {
     using SessionKey = std::pair<std::string, std::string>;  // scope, session id
     std::map<SessionKey, int> sessions_;                     // -> slot index
     std::vector<Row> rows_;
+    std::vector<SequenceDemand> demand_;
+    std::vector<int> take_;
+    const std::shared_ptr<BatchStrategy> fallback_strategy_ = decode_maximal();
     LlamaBatch batch_;
 
     std::atomic<int> busy_slots_{0};

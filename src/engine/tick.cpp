@@ -18,61 +18,57 @@ void Scheduler::tick() {
     plan_rows();
     if (rows_.empty()) return;
     process_rows(0, rows_.size());
-    publish_gauges();
 }
 
 void Scheduler::plan_rows() {
     rows_.clear();
-    std::vector<SequenceDemand> demand;
-    std::vector<int> index;  // demand -> slot
-    for (std::size_t i = 0; i < slots_.size(); ++i) {
-        const Slot& s = slots_[i];
+    demand_.clear();  // reused every step: no allocation on the decode loop
+    for (const Slot& s : slots_) {
         if (!s.running) continue;
         SequenceDemand d;
-        d.slot = s.seq;
+        d.slot = s.seq;  // also the slot's index
         d.admitted = s.running->admitted;
         d.decoding = s.running->to_decode != no_token;
         if (!d.decoding) {
             d.prefill_left = static_cast<int>(s.running->prompt().size() - s.running->next_prompt);
         }
         if (!d.decoding && d.prefill_left <= 0) continue;
-        demand.push_back(d);
-        index.push_back(static_cast<int>(i));
+        demand_.push_back(d);
     }
-    if (demand.empty()) return;
+    if (demand_.empty()) return;
     BatchBudget budget;
     budget.max_tokens = n_batch_;
     budget.prefill_chunk = std::max(1, std::min(options_.prefill_chunk, n_batch_));
     budget.queue_depth = queue_.size();
-    std::vector<int> take(demand.size(), 0);
-    options_.strategy->plan(demand, budget, take);
+    take_.assign(demand_.size(), 0);
+    options_.strategy->plan(demand_, budget, take_);
 
     // Clamp whatever the strategy said to what each sequence can take and to the budget.
     int total = 0;
-    for (std::size_t i = 0; i < demand.size(); ++i) {
+    for (std::size_t i = 0; i < demand_.size(); ++i) {
         const int most =
-            demand[i].decoding ? 1 : std::min(demand[i].prefill_left, budget.prefill_chunk);
-        take[i] = std::clamp(take[i], 0, std::min(most, budget.max_tokens - total));
-        total += take[i];
+            demand_[i].decoding ? 1 : std::min(demand_[i].prefill_left, budget.prefill_chunk);
+        take_[i] = std::clamp(take_[i], 0, std::min(most, budget.max_tokens - total));
+        total += take_[i];
     }
     if (total == 0) {
-        std::fill(take.begin(), take.end(), 0);
-        decode_maximal()->plan(demand, budget, take);
+        std::fill(take_.begin(), take_.end(), 0);
+        fallback_strategy_->plan(demand_, budget, take_);
     }
 
-    for (std::size_t i = 0; i < demand.size(); ++i) {
-        if (take[i] == 0) continue;
-        const int slot_index = index[i];
+    for (std::size_t i = 0; i < demand_.size(); ++i) {
+        if (take_[i] == 0) continue;
+        const int slot_index = demand_[i].slot;
         Slot& s = slots_[static_cast<std::size_t>(slot_index)];
         Running& r = *s.running;
         const std::uint64_t id = r.pending->id;
-        if (demand[i].decoding) {
+        if (demand_[i].decoding) {
             rows_.push_back(
                 {slot_index, id, r.to_decode, static_cast<int>(s.cached.size()), true, true, -1});
             continue;
         }
         const std::vector<Token>& prompt = r.prompt();
-        for (std::size_t k = r.next_prompt; k < r.next_prompt + static_cast<std::size_t>(take[i]);
+        for (std::size_t k = r.next_prompt; k < r.next_prompt + static_cast<std::size_t>(take_[i]);
              ++k) {
             rows_.push_back({slot_index, id, prompt[k], static_cast<int>(k), k + 1 == prompt.size(),
                              false, -1});
@@ -89,14 +85,14 @@ bool Scheduler::live(const Row& row) const {
 
 void Scheduler::process_rows(std::size_t begin, std::size_t end) {
     batch_.clear();
-    std::optional<std::uint64_t> only_request;
+    const Row* first = nullptr;  // the first live row, and whether every live row shares its owner
     bool single_owner = true;
     for (std::size_t i = begin; i < end; ++i) {
         Row& row = rows_[i];
         row.batch_index = -1;
         if (!live(row)) continue;
-        if (!only_request) only_request = row.request;
-        single_owner = single_owner && row.request == *only_request;
+        if (!first) first = &row;
+        single_owner = single_owner && row.request == first->request;
         row.batch_index = batch_.batch.n_tokens;
         batch_.add(row.token, row.pos, slots_[static_cast<std::size_t>(row.slot)].seq, row.logits);
     }
@@ -105,15 +101,9 @@ void Scheduler::process_rows(std::size_t begin, std::size_t end) {
     // A batch serving one request alone can be interrupted by that request's cancel; a shared
     // one only by shutdown (and the per-decode budget), so one caller cannot abort the others.
     const CancellationToken* abort_token = &stop_decoding_;
-    CancellationToken owner_cancel;
     if (single_owner && !stop_decoding_.cancelled()) {
-        for (std::size_t i = begin; i < end; ++i) {
-            if (rows_[i].batch_index < 0) continue;
-            owner_cancel =
-                slots_[static_cast<std::size_t>(rows_[i].slot)].running->pending->channel->cancel;
-            abort_token = &owner_cancel;
-            break;
-        }
+        abort_token =
+            &slots_[static_cast<std::size_t>(first->slot)].running->pending->channel->cancel;
     }
     auto ok = state_.decode(batch_.batch, abort_token, Clock::time_point::max());
     metrics_.decode_calls->inc();

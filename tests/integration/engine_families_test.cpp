@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "support/engine_helpers.hpp"
+#include "support/families.hpp"
 
 using namespace llamapp;
 using test::drain;
@@ -10,12 +11,6 @@ using test::request;
 
 namespace {
 
-struct Family {
-    const char* file;
-    bool recurrent;
-    bool sliding_window;
-};
-
 const std::vector<std::string> kPrompts = {
     "The quick brown fox jumps over the lazy dog and",
     "In a small village by the sea there lived",
@@ -23,7 +18,7 @@ const std::vector<std::string> kPrompts = {
     "A long time ago in a galaxy far away",
 };
 
-class EngineFamilies : public ::testing::TestWithParam<Family> {
+class EngineFamilies : public ::testing::TestWithParam<test::Family> {
   protected:
     void SetUp() override {
         set_log_level(LogLevel::none);
@@ -124,18 +119,7 @@ TEST_P(EngineFamilies, ForkedSessionsContinueIndependently) {
     }
 }
 
-INSTANTIATE_TEST_SUITE_P(Generated, EngineFamilies,
-                         ::testing::Values(Family{"llama-tiny.gguf", false, false},
-                                           Family{"llama-tiny-q4_0.gguf", false, false},
-                                           Family{"qwen3-tiny.gguf", false, false},
-                                           Family{"gemma2-tiny.gguf", false, true},
-                                           Family{"mamba-tiny.gguf", true, false}),
-                         [](const auto& param_info) {
-                             std::string n = param_info.param.file;
-                             n = n.substr(0, n.find(".gguf"));
-                             std::replace(n.begin(), n.end(), '-', '_');
-                             return n;
-                         });
+INSTANTIATE_TEST_SUITE_P(Generated, EngineFamilies, test::generated_families(), test::family_name);
 
 TEST(EngineChat, MessagesAreRenderedOnTheCallersThreadAndTheReplyParses) {
     set_log_level(LogLevel::none);

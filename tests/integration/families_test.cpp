@@ -1,19 +1,14 @@
 // Every architecture family the generator makes loads, generates, and reuses its cache safely.
 #include <gtest/gtest.h>
 
+#include "support/families.hpp"
 #include "support/stories.hpp"
 
 using namespace llamapp;
 
 namespace {
 
-struct Family {
-    const char* file;
-    bool recurrent;
-    bool sliding_window;
-};
-
-class Families : public ::testing::TestWithParam<Family> {
+class Families : public ::testing::TestWithParam<test::Family> {
   protected:
     Model load() {
         set_log_level(LogLevel::none);
@@ -86,15 +81,4 @@ TEST_P(Families, RecurrentStateExtendsOnlyAtExactBoundaries) {
     EXPECT_EQ(second->usage.cached_tokens, static_cast<int>(tokens->size()));
 }
 
-INSTANTIATE_TEST_SUITE_P(Generated, Families,
-                         ::testing::Values(Family{"llama-tiny.gguf", false, false},
-                                           Family{"llama-tiny-q4_0.gguf", false, false},
-                                           Family{"qwen3-tiny.gguf", false, false},
-                                           Family{"gemma2-tiny.gguf", false, true},
-                                           Family{"mamba-tiny.gguf", true, false}),
-                         [](const auto& param_info) {
-                             std::string n = param_info.param.file;
-                             n = n.substr(0, n.find(".gguf"));
-                             std::replace(n.begin(), n.end(), '-', '_');
-                             return n;
-                         });
+INSTANTIATE_TEST_SUITE_P(Generated, Families, test::generated_families(), test::family_name);
