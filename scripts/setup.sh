@@ -10,7 +10,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 packages=(
   g++ cmake ninja-build ccache git pkg-config
   libgtest-dev libgmock-dev libbenchmark-dev
-  libcli11-dev libfmt-dev libspdlog-dev libssl-dev
+  libcli11-dev libfmt-dev libspdlog-dev libssl-dev libxxhash-dev
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -1,0 +1,197 @@
+// KvStore: content-addressed snapshots of sequence state in a RAM tier and directory tiers,
+// with longest-common-prefix lookup. Shared by every engine of a process; survives restarts.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "llamapp/error.hpp"
+#include "llamapp/metrics.hpp"
+#include "llamapp/tokenizer.hpp"
+
+namespace llamapp {
+
+enum class SaveReason : std::uint32_t { finish = 1, prefill = 2, evict = 3, shutdown = 4, put = 5 };
+std::string_view to_string(SaveReason reason);
+
+// When an engine saves a sequence. Data, not code paths: each engine may carry its own.
+struct SavePolicy {
+    bool on_finish = true;    // prompt + reply when a request ends
+    bool on_prefill = true;   // a long prompt computed from scratch, at its prefill boundary
+    bool on_evict = true;     // an idle sequence whose cells the engine is about to reuse
+    bool on_shutdown = true;  // every cached sequence when the engine stops
+    // Shorter sequences are not saved: recomputing them costs less than the I/O.
+    int min_tokens = 256;
+    // A prompt is saved at its prefill boundary when at least this many of its tokens were
+    // computed from scratch; the boundary is `boundary_trim_tokens` before the prompt's end,
+    // rounded down to a multiple of `boundary_align_tokens`, so that a re-rendered or extended
+    // prompt still lands on the entry on models that restore exact boundaries only.
+    int prefill_min_tokens = 1024;
+    int boundary_trim_tokens = 32;
+    int boundary_align_tokens = 64;
+    std::uint64_t max_entry_bytes = 0;  // 0 = as large as the quotas allow
+    // A stored prefix is restored only when it is at least this long and beats the live cache.
+    int min_restore_tokens = 32;
+};
+Result<void> validate(const SavePolicy& policy);
+
+struct KvDirectoryTier {
+    std::string name;  // metric label; empty = "disk", "disk1", ...
+    std::filesystem::path directory;
+    std::uint64_t max_bytes = 0;  // 0 = no quota
+};
+
+struct KvStoreOptions {
+    std::uint64_t ram_bytes = 1024ull << 20;  // RAM tier quota; 0 turns the tier off
+    // Directory tiers, fastest first (e.g. tmpfs, then disk). New entries go to the first;
+    // an entry evicted from one moves to the next.
+    std::vector<KvDirectoryTier> directories;
+    SavePolicy policy;                   // engines use it unless they carry their own
+    int writer_threads = 1;              // disk writes happen here, never on a decode thread
+    std::size_t max_pending_saves = 16;  // queued writes; more are dropped
+    std::uint64_t max_pending_bytes = 512ull << 20;  // staged bytes not held by the RAM tier
+    // Eviction order: lowest last_used + hit_weight * log2(1 + hits) goes first.
+    std::chrono::seconds hit_weight{600};
+    std::shared_ptr<MetricsRegistry> metrics;  // a new registry when null
+    Labels metric_labels;
+};
+
+// What makes two snapshots interchangeable; engines fill it in, callers never supply the key.
+struct KvNamespace {
+    std::string model_fingerprint;  // SHA-256 of the GGUF: renaming the file keeps the cache
+    std::string layout;             // context parameters that change the state's bytes
+    std::string adapters;           // active LoRA set; empty without adapters
+    std::string scope;              // tenant: entries are never shared across scopes
+    std::string id() const;         // SHA-256 over all of the above
+};
+
+enum class KvMatch {
+    prefix,  // any prefix of an entry restores (restore, then trim the tail)
+    exact,   // only an entry's whole token sequence restores (recurrent, hybrid models)
+};
+
+struct KvLookup {
+    KvMatch match = KvMatch::prefix;
+    std::size_t max_entry_tokens = 0;  // entries longer than this do not fit (0 = any)
+    // > 0: a trimmed restore must keep this many cells before its end (sliding-window models)
+    int sliding_window = 0;
+    std::size_t min_tokens = 1;  // shorter matches are misses
+    std::string session;         // prefer this session's last entry when it matches as well
+};
+
+struct KvEntryInfo {
+    std::string id;  // SHA-256 of namespace id + tokens; the file name on disk
+    std::string tier;
+    std::vector<Token> tokens;
+    std::uint64_t payload_bytes = 0;
+    std::uint64_t hits = 0;
+    SaveReason reason = SaveReason::put;
+    std::string session;
+    std::int32_t kept_from = 0;  // first position the state holds (sliding window)
+};
+
+struct KvHit {
+    KvEntryInfo entry;
+    std::size_t matched_tokens = 0;  // prompt tokens the restored state serves
+    std::shared_ptr<const std::vector<std::uint8_t>> payload;
+    double load_ms = 0;
+};
+
+struct KvTierStats {
+    std::string name;
+    std::size_t entries = 0;
+    std::uint64_t bytes = 0;
+    std::uint64_t capacity = 0;  // 0 = no quota
+    std::uint64_t hits = 0;
+    std::uint64_t saves = 0;
+    std::uint64_t evictions = 0;
+    std::uint64_t corrupt_files = 0;
+};
+
+struct KvStoreStats {
+    std::vector<KvTierStats> tiers;  // "ram" first when on, then the directories
+    std::uint64_t misses = 0;
+    std::uint64_t dropped_saves = 0;
+    std::uint64_t duplicate_saves = 0;
+    std::uint64_t restore_failures = 0;
+    std::size_t pending_saves = 0;
+};
+
+class KvStore;
+
+// A reserved save: the decode thread fills bytes() with the state and commits it. Dropping it
+// uncommitted releases the reservation.
+class KvSaveTicket {
+  public:
+    KvSaveTicket(KvSaveTicket&&) noexcept;
+    KvSaveTicket& operator=(KvSaveTicket&&) noexcept;
+    ~KvSaveTicket();
+    std::span<std::uint8_t> bytes();
+    struct State;
+
+  private:
+    friend class KvStore;
+    explicit KvSaveTicket(std::unique_ptr<State> state);
+    std::unique_ptr<State> state_;
+};
+
+// Thread-safe. Open one per process and hand it to every engine.
+class KvStore {
+  public:
+    // Creates the directories, removes orphaned temporary files, and indexes what the
+    // directories hold by reading headers only (corrupt headers are removed and counted).
+    static Result<std::shared_ptr<KvStore>> open(KvStoreOptions options);
+    ~KvStore();  // waits for pending writes
+    KvStore(const KvStore&) = delete;
+    KvStore& operator=(const KvStore&) = delete;
+
+    // The entry sharing the longest usable prefix with `prompt` (capped at prompt.size() - 1
+    // so that fresh logits exist), loaded and verified; a corrupt file is removed and counted.
+    // RAM copies are preferred at equal length. Counts a hit or a miss.
+    std::optional<KvHit> fetch(const KvNamespace& ns, std::span<const Token> prompt,
+                               const KvLookup& lookup);
+    // Whether the store already serves all of `tokens`, so saving them again adds nothing.
+    bool covers(const KvNamespace& ns, std::span<const Token> tokens, KvMatch match) const;
+
+    // Reserves quota for a save of `bytes`, before anything is allocated. Empty (and counted as
+    // dropped or duplicate) when the save cannot or need not be taken; never blocks on I/O.
+    std::optional<KvSaveTicket> reserve(const KvNamespace& ns, std::vector<Token> tokens,
+                                        std::uint64_t bytes, SaveReason reason,
+                                        std::int32_t kept_from = 0, std::string session = {});
+    // Publishes a filled ticket: into the RAM tier at once, to the first directory on a
+    // writer thread.
+    void commit(KvSaveTicket ticket);
+    // Synchronous save (tools and tests): published everywhere when it returns.
+    Result<void> put(const KvNamespace& ns, std::vector<Token> tokens,
+                     std::vector<std::uint8_t> payload, SaveReason reason = SaveReason::put,
+                     std::int32_t kept_from = 0, std::string session = {});
+
+    // An entry that failed to restore into a context is removed and counted.
+    void report_restore_failure(const KvHit& hit);
+    // The last entry saved for a session (scope is part of the namespace).
+    std::optional<KvEntryInfo> session_entry(const KvNamespace& ns,
+                                             const std::string& session) const;
+    std::vector<KvEntryInfo> entries() const;
+
+    void clear();                                        // every entry of every tier
+    std::size_t prune(std::chrono::seconds unused_for);  // entries idle that long; count
+    void flush();                                        // waits until queued writes are done
+
+    KvStoreStats stats() const;
+    const SavePolicy& policy() const;
+    MetricsRegistry& metrics() const;
+
+    struct Impl;
+
+  private:
+    explicit KvStore(std::unique_ptr<Impl> impl);
+    std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace llamapp

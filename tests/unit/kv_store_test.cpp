@@ -1,0 +1,350 @@
+#include "llamapp/kv_store.hpp"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <random>
+
+#include "kvstore/entry_file.hpp"
+#include "support/temp_dir.hpp"
+
+namespace llamapp {
+namespace {
+
+namespace fs = std::filesystem;
+using test::TempDir;
+using Tokens = std::vector<Token>;
+
+KvNamespace model_a() {
+    return {"fingerprint-a", "f16/f16", "", ""};
+}
+
+Tokens seq(int from, int n) {
+    Tokens t(static_cast<std::size_t>(n));
+    for (int i = 0; i < n; ++i) t[static_cast<std::size_t>(i)] = from + i;
+    return t;
+}
+
+std::vector<std::uint8_t> payload_for(const Tokens& t, std::size_t bytes = 4096) {
+    std::vector<std::uint8_t> p(bytes);
+    std::mt19937 rng(static_cast<unsigned>(t.size() * 131 + static_cast<std::size_t>(t.back())));
+    for (auto& b : p) b = static_cast<std::uint8_t>(rng());
+    return p;
+}
+
+KvStoreOptions disk_only(const fs::path& dir, std::uint64_t quota = 0) {
+    KvStoreOptions o;
+    o.ram_bytes = 0;
+    o.directories.push_back({"", dir, quota});
+    return o;
+}
+
+std::uint64_t directory_bytes(const fs::path& dir) {
+    std::uint64_t n = 0;
+    for (const auto& f : fs::directory_iterator(dir)) n += f.file_size();
+    return n;
+}
+
+std::vector<fs::path> entry_files(const fs::path& dir) {
+    std::vector<fs::path> out;
+    for (const auto& f : fs::directory_iterator(dir))
+        if (f.path().extension() == ".kvc") out.push_back(f.path());
+    return out;
+}
+
+TEST(KvStore, LongestPrefixHitTrimsAnyStoredEntry) {
+    auto store = KvStore::open({});
+    ASSERT_TRUE(store) << store.error().describe();
+    Tokens ab = seq(1, 40);  // A = 1..20, B = 21..40
+    ASSERT_TRUE((*store)->put(model_a(), ab, payload_for(ab)));
+    Tokens ac = seq(1, 20);
+    for (int i = 0; i < 10; ++i) ac.push_back(500 + i);  // A + C
+    auto hit = (*store)->fetch(model_a(), ac, {});
+    ASSERT_TRUE(hit);
+    EXPECT_EQ(hit->matched_tokens, 20u);
+    EXPECT_EQ(hit->entry.tokens, ab);
+    EXPECT_EQ(hit->entry.tier, "ram");
+    EXPECT_EQ(*hit->payload, payload_for(ab));
+
+    // Exact-boundary models only restore whole entries.
+    KvLookup exact{.match = KvMatch::exact};
+    EXPECT_FALSE((*store)->fetch(model_a(), ac, exact));
+    Tokens longer = ab;
+    longer.push_back(999);
+    auto whole = (*store)->fetch(model_a(), longer, exact);
+    ASSERT_TRUE(whole);
+    EXPECT_EQ(whole->matched_tokens, 40u);
+    // The same prompt reuses at most len - 1 tokens: fresh logits must exist.
+    EXPECT_EQ((*store)->fetch(model_a(), ab, {})->matched_tokens, 39u);
+    EXPECT_FALSE((*store)->fetch(model_a(), ab, exact));
+}
+
+TEST(KvStore, NamespacesNeverShareEntries) {
+    auto store = KvStore::open({});
+    ASSERT_TRUE(store);
+    Tokens t = seq(1, 30);
+    ASSERT_TRUE((*store)->put(model_a(), t, payload_for(t)));
+    KvNamespace other_model = model_a();
+    other_model.model_fingerprint = "fingerprint-b";
+    KvNamespace other_layout = model_a();
+    other_layout.layout = "q8_0/q8_0";
+    KvNamespace other_scope = model_a();
+    other_scope.scope = "tenant-2";
+    for (const auto& ns : {other_model, other_layout, other_scope}) {
+        EXPECT_FALSE((*store)->fetch(ns, seq(1, 31), {}));
+        EXPECT_FALSE((*store)->covers(ns, t, KvMatch::prefix));
+    }
+    EXPECT_TRUE((*store)->covers(model_a(), seq(1, 10), KvMatch::prefix));
+    EXPECT_FALSE((*store)->covers(model_a(), seq(1, 10), KvMatch::exact));
+    EXPECT_EQ((*store)->stats().misses, 3u);
+}
+
+TEST(KvStore, LookupRespectsLimitsAndSlidingWindow) {
+    auto store = KvStore::open({});
+    ASSERT_TRUE(store);
+    Tokens t = seq(1, 100);
+    ASSERT_TRUE((*store)->put(model_a(), t, payload_for(t), SaveReason::put, /*kept_from=*/60));
+    Tokens prompt = seq(1, 90);
+    prompt.push_back(7777);
+    EXPECT_FALSE((*store)->fetch(model_a(), prompt, {.max_entry_tokens = 99}));
+    EXPECT_FALSE((*store)->fetch(model_a(), prompt, {.min_tokens = 91}));
+    // Window 16: a trim to 90 needs cells from 74 on; the entry kept 60..99.
+    EXPECT_TRUE((*store)->fetch(model_a(), prompt, {.sliding_window = 16}));
+    // Window 40: cells from 50 on are needed but the entry starts at 60.
+    EXPECT_FALSE((*store)->fetch(model_a(), prompt, {.sliding_window = 40}));
+}
+
+TEST(KvStore, DiskEntriesSurviveReopenWithHitCounts) {
+    TempDir dir;
+    Tokens t = seq(10, 64);
+    {
+        auto store = KvStore::open(disk_only(dir.path()));
+        ASSERT_TRUE(store);
+        ASSERT_TRUE((*store)->put(model_a(), t, payload_for(t), SaveReason::finish, 0, "s1"));
+        for (int i = 0; i < 3; ++i) ASSERT_TRUE((*store)->fetch(model_a(), seq(10, 70), {}));
+    }
+    auto store = KvStore::open(disk_only(dir.path()));
+    ASSERT_TRUE(store);
+    auto entries = (*store)->entries();
+    ASSERT_EQ(entries.size(), 1u);
+    EXPECT_EQ(entries[0].hits, 3u);
+    EXPECT_EQ(entries[0].tier, "disk");
+    EXPECT_EQ(entries[0].reason, SaveReason::finish);
+    auto session = (*store)->session_entry(model_a(), "s1");
+    ASSERT_TRUE(session);
+    EXPECT_EQ(session->tokens, t);
+    auto hit = (*store)->fetch(model_a(), seq(10, 70), {});
+    ASSERT_TRUE(hit);
+    EXPECT_EQ(hit->entry.tier, "disk");
+    EXPECT_EQ(*hit->payload, payload_for(t));
+}
+
+TEST(KvStore, FileFormatRoundTrip) {
+    TempDir dir;
+    detail::EntryHeader h;
+    h.key = {"fp", "layout", "lora-x", "scope"};
+    h.ns_id = h.key.id();
+    h.tokens = seq(3, 17);
+    h.id = detail::entry_id(h.ns_id, h.tokens);
+    h.session = "sess";
+    std::vector<std::uint8_t> payload = payload_for(h.tokens, 999);
+    h.payload_bytes = payload.size();
+    h.payload_checksum = detail::payload_checksum(payload);
+    h.kept_from = 5;
+    h.reason = SaveReason::evict;
+    h.created_ms = 1234;
+    h.last_used_ms = 5678;
+    h.hits = 9;
+    ASSERT_TRUE(detail::publish_entry(dir.path(), h, payload));
+    std::vector<std::uint8_t> back;
+    auto parsed = detail::read_entry(detail::entry_path(dir.path(), h.id), back);
+    ASSERT_EQ(parsed.defect, detail::EntryDefect::none) << parsed.detail;
+    const auto& g = parsed.header;
+    EXPECT_EQ(g.key.model_fingerprint, "fp");
+    EXPECT_EQ(g.key.layout, "layout");
+    EXPECT_EQ(g.key.adapters, "lora-x");
+    EXPECT_EQ(g.key.scope, "scope");
+    EXPECT_EQ(g.session, "sess");
+    EXPECT_EQ(g.tokens, h.tokens);
+    EXPECT_EQ(g.kept_from, 5);
+    EXPECT_EQ(g.reason, SaveReason::evict);
+    EXPECT_EQ(g.created_ms, 1234u);
+    EXPECT_EQ(g.last_used_ms, 5678u);
+    EXPECT_EQ(g.hits, 9u);
+    EXPECT_EQ(back, payload);
+    detail::update_usage(detail::entry_path(dir.path(), h.id), 9999, 10);
+    parsed = detail::read_entry(detail::entry_path(dir.path(), h.id), back);
+    ASSERT_EQ(parsed.defect, detail::EntryDefect::none);
+    EXPECT_EQ(parsed.header.hits, 10u);
+    EXPECT_EQ(parsed.header.last_used_ms, 9999u);
+    // Publishing the same entry again adopts the existing file and leaves no temp file.
+    ASSERT_TRUE(detail::publish_entry(dir.path(), h, payload));
+    EXPECT_EQ(std::distance(fs::directory_iterator(dir.path()), fs::directory_iterator{}), 1);
+}
+
+// Every damaged file is refused and counted, whether the damage is found at startup (header)
+// or on load (payload); it is removed and never restored.
+TEST(KvStore, CorruptFilesAreNeverRestored) {
+    std::mt19937 rng(2024);
+    const Tokens t = seq(1, 48);
+    const Tokens prompt = seq(1, 60);
+    enum Damage { bit_flip, truncate, magic, version, foreign_name };
+    for (int round = 0; round < 150; ++round) {
+        TempDir dir;
+        {
+            auto store = KvStore::open(disk_only(dir.path()));
+            ASSERT_TRUE(store);
+            ASSERT_TRUE((*store)->put(model_a(), t, payload_for(t, 2000)));
+        }
+        const fs::path file = entry_files(dir.path()).at(0);
+        const auto size = fs::file_size(file);
+        std::vector<char> bytes(size);
+        std::ifstream(file, std::ios::binary)
+            .read(bytes.data(), static_cast<std::streamsize>(size));
+        const auto damage = static_cast<Damage>(round < 100 ? 0 : round % 5);
+        fs::path target = file;
+        switch (damage) {
+            case bit_flip: {
+                const auto at = std::uniform_int_distribution<std::size_t>(0, size - 1)(rng);
+                bytes[at] = static_cast<char>(bytes[at] ^ (1 << (rng() % 8)));
+                break;
+            }
+            case truncate:
+                bytes.resize(std::uniform_int_distribution<std::size_t>(0, size - 1)(rng));
+                break;
+            case magic:
+                bytes[0] = 'X';
+                break;
+            case version:
+                bytes[8] = 2;
+                break;
+            case foreign_name:  // a valid entry under another entry's name
+                fs::remove(file);
+                target = detail::entry_path(dir.path(), detail::entry_id("other", t));
+                break;
+        }
+        std::ofstream(target, std::ios::binary | std::ios::trunc)
+            .write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+        auto store = KvStore::open(disk_only(dir.path()));
+        ASSERT_TRUE(store);
+        EXPECT_FALSE((*store)->fetch(model_a(), prompt, {})) << "round " << round;
+        const auto stats = (*store)->stats();
+        EXPECT_EQ(stats.tiers.at(0).corrupt_files, 1u) << "round " << round << " damage " << damage;
+        EXPECT_TRUE(entry_files(dir.path()).empty()) << "round " << round;
+    }
+}
+
+TEST(KvStore, OrphanedTempFilesAreRemovedAtOpen) {
+    TempDir dir;
+    const fs::path orphan = dir / ".abc.tmp.999999999.0";
+    const fs::path ours = dir / (".abc.tmp." + std::to_string(::getpid()) + ".0");
+    std::ofstream(orphan) << "partial";
+    std::ofstream(ours) << "partial";
+    auto store = KvStore::open(disk_only(dir.path()));
+    ASSERT_TRUE(store);
+    EXPECT_FALSE(fs::exists(orphan));
+    EXPECT_TRUE(fs::exists(ours));  // a live writer's file is left alone
+}
+
+TEST(KvStore, RamQuotaHoldsAndEvictionFollowsHitsThenRecency) {
+    KvStoreOptions o;
+    const std::size_t entry = 10000;
+    o.ram_bytes = 3 * entry + 3 * 1024;  // three entries with their headers
+    auto store = KvStore::open(o);
+    ASSERT_TRUE(store);
+    std::vector<Tokens> t;
+    for (int i = 0; i < 3; ++i) {
+        t.push_back(seq(1000 * (i + 1), 20));
+        ASSERT_TRUE((*store)->put(model_a(), t.back(), payload_for(t.back(), entry)));
+    }
+    // The oldest entry is hit often: the middle one, never hit, goes first.
+    for (int i = 0; i < 5; ++i) ASSERT_TRUE((*store)->fetch(model_a(), seq(1000, 21), {}));
+    Tokens fourth = seq(5000, 20);
+    ASSERT_TRUE((*store)->put(model_a(), fourth, payload_for(fourth, entry)));
+    const auto stats = (*store)->stats();
+    EXPECT_LE(stats.tiers[0].bytes, o.ram_bytes);
+    EXPECT_EQ(stats.tiers[0].evictions, 1u);
+    EXPECT_TRUE((*store)->covers(model_a(), t[0], KvMatch::exact));
+    EXPECT_FALSE((*store)->covers(model_a(), t[1], KvMatch::exact));
+    EXPECT_TRUE((*store)->covers(model_a(), t[2], KvMatch::exact));
+    // Larger than the whole quota: dropped and counted, never stored.
+    EXPECT_FALSE((*store)->put(model_a(), seq(9000, 5), payload_for(seq(9000, 5), 4 * entry)));
+    EXPECT_EQ((*store)->stats().dropped_saves, 1u);
+}
+
+TEST(KvStore, DiskQuotaHoldsAndEvictionsDemoteToTheNextTier) {
+    TempDir fast, slow;
+    KvStoreOptions o;
+    o.ram_bytes = 0;
+    const std::uint64_t quota = 5 * 5000;
+    o.directories = {{"fast", fast.path(), quota}, {"slow", slow.path(), 2 * quota}};
+    auto store = KvStore::open(o);
+    ASSERT_TRUE(store);
+    for (int i = 0; i < 20; ++i) {
+        Tokens t = seq(100 * (i + 1), 30);
+        ASSERT_TRUE((*store)->put(model_a(), t, payload_for(t, 4500)));
+        EXPECT_LE(directory_bytes(fast.path()), quota);
+        EXPECT_LE(directory_bytes(slow.path()), 2 * quota);
+    }
+    const auto stats = (*store)->stats();
+    EXPECT_GT(stats.tiers[0].evictions, 0u);
+    EXPECT_GT(stats.tiers[1].entries, 0u);
+    // The first entries went down to the slow tier and then out; the newest is in the fast one.
+    auto newest = (*store)->fetch(model_a(), seq(2000, 31), {});
+    ASSERT_TRUE(newest);
+    EXPECT_EQ(newest->entry.tier, "fast");
+    // Reopening with a smaller quota evicts down to it.
+    store->reset();
+    o.directories[0].max_bytes = 2 * 5000;
+    auto smaller = KvStore::open(o);
+    ASSERT_TRUE(smaller);
+    EXPECT_LE(directory_bytes(fast.path()), 2 * 5000u);
+}
+
+TEST(KvStore, ClearAndPrune) {
+    TempDir dir;
+    KvStoreOptions o = disk_only(dir.path());
+    o.ram_bytes = 1 << 20;
+    auto store = KvStore::open(o);
+    ASSERT_TRUE(store);
+    for (int i = 0; i < 4; ++i) {
+        Tokens t = seq(50 * (i + 1), 10);
+        ASSERT_TRUE((*store)->put(model_a(), t, payload_for(t)));
+    }
+    EXPECT_EQ((*store)->prune(std::chrono::seconds{3600}), 0u);
+    EXPECT_EQ((*store)->prune(std::chrono::seconds{-1}), 4u);
+    EXPECT_TRUE((*store)->entries().empty());
+    EXPECT_TRUE(entry_files(dir.path()).empty());
+    Tokens t = seq(7, 10);
+    ASSERT_TRUE((*store)->put(model_a(), t, payload_for(t)));
+    (*store)->clear();
+    EXPECT_TRUE((*store)->entries().empty());
+    EXPECT_TRUE(entry_files(dir.path()).empty());
+    EXPECT_EQ((*store)->stats().tiers[0].bytes, 0u);
+}
+
+TEST(KvStore, ReservedSavesWriteOffTheCallingThread) {
+    TempDir dir;
+    KvStoreOptions o = disk_only(dir.path());
+    o.max_pending_saves = 1;
+    auto store = KvStore::open(o);
+    ASSERT_TRUE(store);
+    Tokens t = seq(1, 10);
+    auto ticket = (*store)->reserve(model_a(), t, 100, SaveReason::finish);
+    ASSERT_TRUE(ticket);
+    // The only writer slot is taken: a second save is dropped, not queued.
+    EXPECT_FALSE((*store)->reserve(model_a(), seq(2, 10), 100, SaveReason::finish));
+    std::fill(ticket->bytes().begin(), ticket->bytes().end(), std::uint8_t{7});
+    (*store)->commit(std::move(*ticket));
+    (*store)->flush();
+    EXPECT_EQ(entry_files(dir.path()).size(), 1u);
+    EXPECT_EQ((*store)->stats().dropped_saves, 1u);
+    // A reservation dropped uncommitted gives its slot back.
+    { auto unused = (*store)->reserve(model_a(), seq(3, 10), 100, SaveReason::finish); }
+    EXPECT_TRUE((*store)->reserve(model_a(), seq(4, 10), 100, SaveReason::finish));
+    EXPECT_FALSE((*store)->reserve(model_a(), t, 100, SaveReason::finish));  // duplicate
+    EXPECT_EQ((*store)->stats().duplicate_saves, 1u);
+}
+
+}  // namespace
+}  // namespace llamapp
