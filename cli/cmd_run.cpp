@@ -1,5 +1,6 @@
 // `llamapp run`: one prompt streamed to stdout, --json for a machine-readable result, or
 // --chat for an interactive multi-turn conversation.
+#include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
 #include <atomic>
@@ -19,6 +20,7 @@ struct RunFlags {
     CommonFlags common;
     ContextFlags context;
     SamplingFlags sampling;
+    CacheFlags cache;
     std::string prompt;
     std::string prompt_file;
     int n_predict = 128;
@@ -43,7 +45,8 @@ void on_sigint(int) {
     }
 }
 
-nlohmann::json to_json(const Generation& g) {
+nlohmann::json to_json(const Completion& c) {
+    const Generation& g = c.generation;
     nlohmann::json out = {
         {"text", g.text},
         {"tokens", g.tokens},
@@ -60,6 +63,9 @@ nlohmann::json to_json(const Generation& g) {
           {"ttft_ms", g.timings.ttft_ms},
           {"total_ms", g.timings.total_ms}}},
     };
+    out["cache"] = {{"reused_tokens", c.cache.reused_tokens},
+                    {"source", std::string(to_string(c.cache.source))},
+                    {"tier", c.cache.tier}};
     if (!g.stop_sequence.empty()) out["stop_sequence"] = g.stop_sequence;
     if (g.error)
         out["error"] = {{"code", std::string(to_string(g.error->code))},
@@ -119,6 +125,7 @@ Runner add_run(CLI::App& app) {
     add_common(*cmd, flags->common);
     add_context(*cmd, flags->context);
     add_sampling(*cmd, flags->sampling);
+    add_cache(*cmd, flags->cache);
     cmd->add_option("-p,--prompt", flags->prompt, "prompt text (default: a story opening)");
     cmd->add_option("-f,--file", flags->prompt_file, "read the prompt from a file");
     cmd->add_option("-n,--n-predict", flags->n_predict,
@@ -157,11 +164,23 @@ Runner add_run(CLI::App& app) {
 
         auto model = load_model(flags->common);
         if (!model) return report(model.error());
-        auto context = Context::create(*model, *ctx_options);
-        if (!context) return report(context.error());
-
         std::signal(SIGINT, on_sigint);
-        if (flags->chat) return run_chat(*context, *flags, options);
+        if (flags->chat) {
+            auto context = Context::create(*model, *ctx_options);
+            if (!context) return report(context.error());
+            return run_chat(*context, *flags, options);
+        }
+
+        // One slot of an engine: the same path as the server, with the KV snapshot store, so a
+        // prompt run before (in this process or, with --cache-disk, an earlier one) starts warm.
+        auto store = open_kv_store(flags->cache);
+        if (!store) return report(store.error());
+        EngineOptions engine_options;
+        engine_options.context = *ctx_options;
+        engine_options.context.n_seq_max = 1;
+        engine_options.kv_store = *store;
+        auto engine = Engine::create(*model, std::move(engine_options));
+        if (!engine) return report(engine.error());
 
         CancellationToken cancel;
         g_interrupt = &cancel;
@@ -169,28 +188,44 @@ Runner add_run(CLI::App& app) {
         if (!flags->json && !flags->no_display_prompt) {
             std::fwrite(prompt.data(), 1, prompt.size(), stdout);
         }
-        auto result = context->stream(prompt, options, [&](const StreamPiece& p) {
-            if (!flags->json) {
-                std::fwrite(p.text.data(), 1, p.text.size(), stdout);
+        EngineRequest request;
+        request.options = options;
+        auto handle = engine->submit(prompt, std::move(request));
+        if (!handle) return report(handle.error());
+        EngineEvent event;
+        std::optional<Completion> done;
+        while (handle->next(event)) {
+            if (event.final) {
+                done = std::move(event.completion);
+            } else if (!flags->json) {
+                std::fwrite(event.piece.text.data(), 1, event.piece.text.size(), stdout);
                 std::fflush(stdout);
             }
-            return true;
-        });
+        }
         g_interrupt = nullptr;
-        if (!result) return report(result.error());
+        engine->shutdown();  // saves per the policy and waits for the writes
+        if (!done)
+            return report(Error{ErrorCode::internal, "the request ended without a result", {}});
+        const Generation& result = done->generation;
         if (flags->json) {
-            std::cout << to_json(*result).dump(2) << "\n";
+            std::cout << to_json(*done).dump(2) << "\n";
         } else {
             std::fputc('\n', stdout);
-            const auto& t = result->timings;
-            std::fprintf(
-                stderr,
-                "[%d prompt tokens, %d generated, prefill %.1f tok/s, decode %.1f tok/s, %s]\n",
-                result->usage.prompt_tokens, result->usage.completion_tokens,
-                t.prefill_tokens_per_s, t.decode_tokens_per_s,
-                std::string(to_string(result->finish_reason)).c_str());
+            const auto& t = result.timings;
+            std::string cache = "cold";
+            if (done->cache.reused_tokens > 0) {
+                cache = fmt::format("{} cached ({}{}{})", done->cache.reused_tokens,
+                                    to_string(done->cache.source),
+                                    done->cache.tier.empty() ? "" : ": ", done->cache.tier);
+            }
+            std::fprintf(stderr,
+                         "[%d prompt tokens, %s, %d generated, ttft %.1f ms, prefill %.1f tok/s, "
+                         "decode %.1f tok/s, %s]\n",
+                         result.usage.prompt_tokens, cache.c_str(), result.usage.completion_tokens,
+                         t.ttft_ms, t.prefill_tokens_per_s, t.decode_tokens_per_s,
+                         std::string(to_string(result.finish_reason)).c_str());
         }
-        if (result->finish_reason == FinishReason::error) return report(*result->error);
+        if (result.finish_reason == FinishReason::error) return report(*result.error);
         return 0;
     };
 }

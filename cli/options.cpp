@@ -148,6 +148,34 @@ Result<std::string> read_text_file(const std::string& path, const char* option) 
     return ss.str();
 }
 
+void add_cache(CLI::App& app, CacheFlags& flags) {
+    app.add_option("--cache-ram", flags.ram_mib,
+                   "RAM tier of the KV snapshot store, in MiB (0 = off)")
+        ->capture_default_str();
+    app.add_option("--cache-disk", flags.disk_dir,
+                   "directory of the persistent KV snapshot tier (survives restarts)");
+    app.add_option("--cache-disk-max", flags.disk_max_mib,
+                   "byte quota of --cache-disk in MiB (0 = no quota)")
+        ->capture_default_str();
+    app.add_option("--cache-min-tokens", flags.min_tokens,
+                   "shortest sequence worth saving (shorter ones are recomputed)")
+        ->capture_default_str();
+}
+
+Result<std::shared_ptr<KvStore>> open_kv_store(const CacheFlags& flags) {
+    constexpr std::uint64_t mib = 1ull << 20;
+    if (flags.ram_mib > (1ull << 24) || flags.disk_max_mib > (1ull << 32))
+        return fail(ErrorCode::invalid_argument, "cache quota out of range", "--cache-ram");
+    KvStoreOptions options;
+    options.ram_bytes = flags.ram_mib * mib;
+    options.policy.min_tokens = flags.min_tokens;
+    options.policy.prefill_min_tokens =
+        std::max(options.policy.prefill_min_tokens, flags.min_tokens);
+    if (!flags.disk_dir.empty())
+        options.directories.push_back({"disk", flags.disk_dir, flags.disk_max_mib * mib});
+    return KvStore::open(std::move(options));
+}
+
 Result<SamplingParams> sampling_params(const SamplingFlags& f) {
     SamplingParams p;
     p.temperature = f.temperature;

@@ -29,6 +29,14 @@ struct ContextFlags {
     std::string cache_type_v = "f16";
 };
 
+// The KV store's tiers, with llama-server's name for the RAM quota.
+struct CacheFlags {
+    std::uint64_t ram_mib = 1024;    // 0 turns the RAM tier off
+    std::string disk_dir;            // empty: no disk tier
+    std::uint64_t disk_max_mib = 0;  // 0: no quota
+    int min_tokens = SavePolicy{}.min_tokens;
+};
+
 struct SamplingFlags {
     float temperature = 0.8f;
     int top_k = 40;
@@ -49,6 +57,7 @@ struct SamplingFlags {
 void add_common(CLI::App& app, CommonFlags& flags);
 void add_context(CLI::App& app, ContextFlags& flags);
 void add_sampling(CLI::App& app, SamplingFlags& flags);
+void add_cache(CLI::App& app, CacheFlags& flags);
 
 // Rewrites llama.cpp's multi-letter single-dash flags (-ngl, -ctk, ...) to long forms CLI11 knows.
 std::vector<std::string> normalize_args(int argc, char** argv);
@@ -58,6 +67,7 @@ std::vector<std::string> normalize_args(int argc, char** argv);
 Result<Model> load_model(const CommonFlags& flags, bool vocab_only = false);
 Result<ContextOptions> context_options(const ContextFlags& flags);
 Result<SamplingParams> sampling_params(const SamplingFlags& flags);
+Result<std::shared_ptr<KvStore>> open_kv_store(const CacheFlags& flags);
 
 // Reads a whole file; errors name the option that pointed at it.
 Result<std::string> read_text_file(const std::string& path, const char* option);

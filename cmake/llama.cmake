@@ -22,7 +22,12 @@ set(LLAMA_BUILD_COMMON ON CACHE BOOL "" FORCE)
 set(LLAMA_BUILD_TOOLS ON CACHE BOOL "" FORCE)
 set(LLAMA_BUILD_TESTS OFF CACHE BOOL "" FORCE)
 set(LLAMA_BUILD_EXAMPLES OFF CACHE BOOL "" FORCE)
-set(LLAMA_BUILD_SERVER OFF CACHE BOOL "" FORCE)
+# The server is configured (still EXCLUDE_FROM_ALL: only `--target llama-server` builds it) so
+# bench/llama-server-restart.sh can compare llama.cpp's own prompt cache with ours, from the same
+# tree; issue 5 compares against it too. Its web UI is left out: with LLAMA_BUILD_UI (npm) and
+# LLAMA_USE_PREBUILT_UI (a download) off, tools/ui embeds an empty asset table, which needs neither
+# npm nor the network (the build prints a warning saying so).
+set(LLAMA_BUILD_SERVER ON CACHE BOOL "" FORCE)
 set(LLAMA_BUILD_APP OFF CACHE BOOL "" FORCE)
 set(LLAMA_BUILD_UI OFF CACHE BOOL "" FORCE)
 set(LLAMA_USE_PREBUILT_UI OFF CACHE BOOL "" FORCE)

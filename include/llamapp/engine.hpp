@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,7 @@
 #include "llamapp/chat.hpp"
 #include "llamapp/context.hpp"
 #include "llamapp/error.hpp"
+#include "llamapp/kv_store.hpp"
 #include "llamapp/metrics.hpp"
 #include "llamapp/model.hpp"
 #include "llamapp/request_handle.hpp"
@@ -51,6 +53,11 @@ struct EngineOptions {
     // Where the engine's metrics go (a new registry when null), and labels added to each.
     std::shared_ptr<MetricsRegistry> metrics;
     Labels metric_labels;
+    // Snapshots of sequences, shared by the engines of a process (null = none). The engine looks
+    // up live sequences first, then the store's tiers, then computes; it saves per the policy
+    // (the store's unless `save_policy` is set for this engine's model).
+    std::shared_ptr<KvStore> kv_store;
+    std::optional<SavePolicy> save_policy;
     // Lifecycle hook for embedders' telemetry. Called on the decode thread (rejected: on the
     // submitting thread); keep it quick and do not call back into the engine from it.
     std::function<void(const LifecycleEvent&)> on_lifecycle;

@@ -83,6 +83,9 @@ struct KvLookup {
     int sliding_window = 0;
     std::size_t min_tokens = 1;  // shorter matches are misses
     std::string session;         // prefer this session's last entry when it matches as well
+    // false: the caller decides later whether it uses the hit and then calls record_hit (an
+    // engine that finds a live sequence serving the prompt better does not count a hit).
+    bool count_hit = true;
 };
 
 struct KvEntryInfo {
@@ -161,9 +164,12 @@ class KvStore {
 
     // Reserves quota for a save of `bytes`, before anything is allocated. Empty (and counted as
     // dropped or duplicate) when the save cannot or need not be taken; never blocks on I/O.
+    // With KvMatch::prefix the new entry serves every prefix of itself: stored entries that are
+    // its prefixes are dropped when it is committed (unless it holds only a sliding window).
     std::optional<KvSaveTicket> reserve(const KvNamespace& ns, std::vector<Token> tokens,
                                         std::uint64_t bytes, SaveReason reason,
-                                        std::int32_t kept_from = 0, std::string session = {});
+                                        std::int32_t kept_from = 0, std::string session = {},
+                                        KvMatch match = KvMatch::exact);
     // Publishes a filled ticket: into the RAM tier at once, to the first directory on a
     // writer thread.
     void commit(KvSaveTicket ticket);
@@ -172,7 +178,10 @@ class KvStore {
                      std::vector<std::uint8_t> payload, SaveReason reason = SaveReason::put,
                      std::int32_t kept_from = 0, std::string session = {});
 
-    // An entry that failed to restore into a context is removed and counted.
+    // Counts a hit fetched with count_hit = false and used: hit count and last use persist.
+    void record_hit(const KvHit& hit);
+    // Counts an entry a context refused to restore. The entry stays: its key already rules out
+    // a foreign layout, so the context most likely lacked room.
     void report_restore_failure(const KvHit& hit);
     // The last entry saved for a session (scope is part of the namespace).
     std::optional<KvEntryInfo> session_entry(const KvNamespace& ns,

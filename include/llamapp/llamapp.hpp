@@ -12,6 +12,7 @@
 #include "llamapp/fingerprint.hpp"
 #include "llamapp/generation.hpp"
 #include "llamapp/grammar.hpp"
+#include "llamapp/kv_store.hpp"
 #include "llamapp/log.hpp"
 #include "llamapp/metrics.hpp"
 #include "llamapp/model.hpp"

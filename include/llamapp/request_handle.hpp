@@ -16,13 +16,15 @@ enum class ReuseSource {
     none,        // computed from scratch
     same_slot,   // the sequence the request ran on already held it
     other_slot,  // copied from another sequence (a shared system prompt, a forked session)
+    stored,      // restored from the KV store (CacheInfo::tier names the tier)
 };
 std::string_view to_string(ReuseSource source);
 
 struct CacheInfo {
     int reused_tokens = 0;  // prompt tokens not computed (also in Generation::usage)
     ReuseSource source = ReuseSource::none;
-    int slot = -1;  // the sequence the request ran on; -1 when it never left the queue
+    int slot = -1;     // the sequence the request ran on; -1 when it never left the queue
+    std::string tier;  // source stored: the KV store tier that served the prefix ("ram", "disk")
 };
 
 struct Completion {

@@ -129,7 +129,8 @@ bool Scheduler::worth_waiting_for_donor(const Pending& pending) const {
     const EngineRequest& req = pending.request;
     if (!options_.prefix_reuse || !req.options.reuse_prefix) return false;
     if (!modes_.copy_prefix && !(modes_.copy_whole && modes_.trim_tail)) return false;
-    std::size_t now = 0, soon = 0;
+    std::size_t now = pending.stored ? pending.stored->matched_tokens : 0;
+    std::size_t soon = 0;
     for (const auto& s : slots_) {
         now = std::max(now, usable_prefix(s, req));
         if (!s.running || s.running->next_prompt >= s.running->prompt().size() ||
@@ -191,9 +192,26 @@ void Scheduler::start_running(Slot& slot, std::unique_ptr<Pending> pending) {
             donor = nullptr;
     }
 
+    // A stored prefix is restored only when it beats what live sequences offer.
+    std::optional<KvHit> stored = std::move(pending->stored);
+    pending->stored.reset();
+    const std::size_t live = std::max(own, donor ? donated : 0);
+    if (stored && (!reuse || stored->matched_tokens < live + static_cast<std::size_t>(std::max(
+                                                                 1, options_.min_adopt_tokens))))
+        stored.reset();
+    // What this slot held and is about to lose goes to the store first.
+    const std::size_t kept = (donor || stored) ? 0 : own;
+    if (persistence_.policy.on_evict && slot.cached.size() > kept) save(slot, SaveReason::evict);
+
     CacheInfo cache;
     cache.slot = slot.seq;
-    if (donor) {
+    if (stored) {
+        if (restore(slot, *stored)) {
+            cache.reused_tokens = static_cast<int>(slot.cached.size());
+            cache.source = ReuseSource::stored;
+            cache.tier = stored->entry.tier;
+        }
+    } else if (donor) {
         llama_memory_seq_rm(mem, slot.seq, -1, -1);
         bool copied = true;
         if (modes_.copy_prefix) {
@@ -225,6 +243,7 @@ void Scheduler::start_running(Slot& slot, std::unique_ptr<Pending> pending) {
     auto r = std::make_unique<Running>();
     r->pending = std::move(pending);
     r->next_prompt = slot.cached.size();
+    r->save_at = prefill_boundary(prompt.size(), slot.cached.size());
     r->cache = cache;
     r->admitted = now;
     r->queue_ms = ms_between(r->pending->submitted, now);
@@ -270,6 +289,7 @@ Result<void> Scheduler::fork(const std::string& from, const std::string& to,
         if (!target) return fail(ErrorCode::busy, "no free sequence for the fork", to);
         sessions_.erase({target->scope, target->session});
     }
+    if (persistence_.policy.on_evict) save(*target, SaveReason::evict);
     llama_memory_t mem = state_.memory();
     llama_memory_seq_rm(mem, target->seq, -1, -1);
     llama_memory_seq_cp(mem, source.seq, target->seq, -1, -1);

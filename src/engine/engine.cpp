@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "core/model_state.hpp"
+#include "engine/persistence.hpp"
 #include "engine/scheduler.hpp"
 
 namespace llamapp {
@@ -72,8 +73,12 @@ Result<Engine> Engine::create(const Model& model, EngineOptions options) {
     auto metrics = detail::EngineMetrics::create(options.metrics, options.metric_labels);
     if (!metrics) return std::unexpected(metrics.error());
     ReuseModes modes = detail::probe_reuse_modes(context->state(), options.unified_kv);
+    const int n_ctx_seq = static_cast<int>(llama_n_ctx_seq(context->state().ctx.get()));
+    auto persistence = detail::make_persistence(model, options, modes, n_ctx_seq);
+    if (!persistence) return std::unexpected(persistence.error());
     auto scheduler = std::make_unique<detail::Scheduler>(std::move(*context), std::move(options),
-                                                         std::move(*metrics), std::move(modes));
+                                                         std::move(*metrics), std::move(modes),
+                                                         std::move(*persistence));
     scheduler->start();
     return Engine(std::move(scheduler));
 }
@@ -109,6 +114,7 @@ Result<std::unique_ptr<detail::Pending>> prepare(detail::Scheduler& s, EngineReq
     if (o.timeout.count() > 0) pending->deadline = submitted + o.timeout;
     pending->channel = std::make_shared<detail::RequestChannel>(pending->id, o.cancel, s.inbox());
     pending->request = std::move(request);
+    s.prefetch(*pending);  // disk reads happen here, not on the decode thread
     return pending;
 }
 

@@ -65,6 +65,8 @@ Result<EngineMetrics> EngineMetrics::create(std::shared_ptr<MetricsRegistry> reg
          m.reuse_same);
     keep(r.counter("llamapp_prefix_reuse_total", reuse_help, with(labels, "source", "other_slot")),
          m.reuse_other);
+    keep(r.counter("llamapp_prefix_reuse_total", reuse_help, with(labels, "source", "stored")),
+         m.reuse_stored);
     keep(r.gauge("llamapp_kv_cache_tokens",
                  "Tokens held in the KV cache over all sequences (shared cells count per sequence)",
                  labels),
@@ -122,6 +124,9 @@ void EngineMetrics::count_reuse(ReuseSource source, int tokens) {
             break;
         case ReuseSource::other_slot:
             reuse_other->inc();
+            break;
+        case ReuseSource::stored:
+            reuse_stored->inc();
             break;
     }
     cached_tokens->inc(tokens);

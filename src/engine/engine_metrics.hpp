@@ -34,6 +34,7 @@ struct EngineMetrics {
     Counter* reuse_none = nullptr;
     Counter* reuse_same = nullptr;
     Counter* reuse_other = nullptr;
+    Counter* reuse_stored = nullptr;
     Gauge* kv_tokens = nullptr;
     Gauge* kv_capacity = nullptr;
     Gauge* queue_depth = nullptr;

@@ -45,6 +45,7 @@ struct Pending {
     Clock::time_point submitted;
     Clock::time_point queue_deadline = Clock::time_point::max();
     Clock::time_point deadline = Clock::time_point::max();
+    std::optional<KvHit> stored;  // looked up and loaded on the submitting thread
 };
 
 struct Inbox {

@@ -10,6 +10,8 @@ std::string_view to_string(ReuseSource source) {
             return "none";
         case ReuseSource::same_slot:
             return "same_slot";
+        case ReuseSource::stored:
+            return "stored";
         case ReuseSource::other_slot:
             return "other_slot";
     }

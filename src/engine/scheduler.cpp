@@ -7,12 +7,13 @@
 namespace llamapp::detail {
 
 Scheduler::Scheduler(Context context, EngineOptions options, EngineMetrics metrics,
-                     ReuseModes modes)
+                     ReuseModes modes, Persistence persistence)
     : context_(std::move(context)),
       state_(context_.state()),
       options_(std::move(options)),
       metrics_(std::move(metrics)),
       modes_(std::move(modes)),
+      persistence_(std::move(persistence)),
       n_ctx_seq_(static_cast<int>(llama_n_ctx_seq(state_.ctx.get()))),
       n_batch_(static_cast<int>(llama_n_batch(state_.ctx.get()))),
       inbox_(std::make_shared<Inbox>()),
@@ -88,6 +89,7 @@ void Scheduler::shutdown(std::chrono::milliseconds grace) {
     stop_decoding_.cancel();
     inbox_->wake.notify_one();
     if (thread_.joinable()) thread_.join();
+    if (persistence_.store) persistence_.store->flush();  // shutdown saves are on disk now
 }
 
 EngineStats Scheduler::stats() const {
@@ -149,6 +151,9 @@ void Scheduler::loop() {
         finish_queued(std::move(p), stopped);
     }
     for (auto& c : commands) c();
+    if (persistence_.policy.on_shutdown) {
+        for (auto& slot : slots_) save(slot, SaveReason::shutdown);
+    }
     publish_gauges();
     std::lock_guard lock(idle_mutex_);
     is_idle_ = true;
@@ -262,6 +267,8 @@ void Scheduler::complete(Slot& slot) {
         t.prefill_tokens_per_s = t.prefill_ms > 0 ? computed * 1000.0 / t.prefill_ms : 0;
     }
     deliver(std::move(c), *r->pending);
+    // After the final event, so that the copy never delays the caller.
+    if (persistence_.policy.on_finish) save(slot, SaveReason::finish);
 }
 
 // The one way a request ends: outcome metrics, the lifecycle hook, then its final event.

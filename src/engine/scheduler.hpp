@@ -29,6 +29,7 @@ struct Running {
     Reply::Clock::time_point admitted;
     Reply::Clock::time_point last_token{};
     double queue_ms = 0;
+    std::size_t save_at = 0;  // > 0: snapshot the sequence once the prompt is cached up to here
 
     const std::vector<Token>& prompt() const { return pending->request.prompt; }
     Reply& reply() { return *pending->reply; }
@@ -47,10 +48,26 @@ struct Slot {
 // a unified cache: between separate streams llama.cpp asserts on them.
 ReuseModes probe_reuse_modes(ContextState& state, bool unified);
 
+// The engine's view of the KV store: which namespace its snapshots live in, how to look them up
+// and when to save.
+struct Persistence {
+    std::shared_ptr<KvStore> store;  // null: no store
+    KvNamespace ns;                  // scope left empty; set per request
+    SavePolicy policy;
+    KvLookup lookup;
+
+    KvNamespace ns_for(const std::string& scope) const {
+        KvNamespace n = ns;
+        n.scope = scope;
+        return n;
+    }
+};
+
 class Scheduler {
   public:
     using Clock = Reply::Clock;
-    Scheduler(Context context, EngineOptions options, EngineMetrics metrics, ReuseModes modes);
+    Scheduler(Context context, EngineOptions options, EngineMetrics metrics, ReuseModes modes,
+              Persistence persistence);
     ~Scheduler();
 
     void start();
@@ -72,6 +89,8 @@ class Scheduler {
     std::shared_ptr<Inbox> inbox() const { return inbox_; }
     std::uint64_t next_id() { return ++last_id_; }
     void notify(const LifecycleEvent& event) const;
+    // Any thread: looks the prompt up in the KV store and loads the best entry into `pending`.
+    void prefetch(Pending& pending) const;
 
     // Decode thread: session commands.
     Result<void> fork(const std::string& from, const std::string& to, const std::string& scope);
@@ -108,6 +127,12 @@ class Scheduler {
     std::size_t usable_prefix(const Slot& from, const EngineRequest& request) const;
     bool window_intact(const Slot& slot, std::size_t reused) const;
     void clear_sequence(Slot& slot);
+    // KV store: restore a prefetched entry into `slot` (false leaves the slot empty); save a
+    // sequence's state when the policy asks and the store does not hold it yet.
+    bool restore(Slot& slot, const KvHit& hit);
+    void save(Slot& slot, SaveReason reason);
+    void save_prefill_boundaries();
+    std::size_t prefill_boundary(std::size_t prompt, std::size_t reused) const;
 
     void emit(Running& running, StreamPiece piece);
     void finish(Slot& slot, FinishReason reason, std::optional<Error> error = std::nullopt);
@@ -123,6 +148,7 @@ class Scheduler {
     EngineOptions options_;
     EngineMetrics metrics_;
     const ReuseModes modes_;
+    const Persistence persistence_;
     const int n_ctx_seq_;
     const int n_batch_;
     std::shared_ptr<Inbox> inbox_;

@@ -46,8 +46,12 @@ void Scheduler::plan_rows() {
     // Clamp whatever the strategy said to what each sequence can take and to the budget.
     int total = 0;
     for (std::size_t i = 0; i < demand_.size(); ++i) {
-        const int most =
+        int most =
             demand_[i].decoding ? 1 : std::min(demand_[i].prefill_left, budget.prefill_chunk);
+        // A prefill save needs the cache to hold exactly the boundary: the chunk stops there.
+        const Running& r = *slots_[static_cast<std::size_t>(demand_[i].slot)].running;
+        if (!demand_[i].decoding && r.save_at > r.next_prompt)
+            most = std::min(most, static_cast<int>(r.save_at - r.next_prompt));
         take_[i] = std::clamp(take_[i], 0, std::min(most, budget.max_tokens - total));
         total += take_[i];
     }
@@ -175,6 +179,7 @@ bool Scheduler::free_one_idle_sequence() {
             if (!victim || s.last_used < victim->last_used) victim = &s;
         }
         if (victim) {
+            if (persistence_.policy.on_evict) save(*victim, SaveReason::evict);
             clear_sequence(*victim);
             return true;
         }
@@ -216,6 +221,7 @@ void Scheduler::commit_rows(std::size_t begin, std::size_t end) {
         else
             r.to_decode = step.feed_back;
     }
+    save_prefill_boundaries();
 }
 
 }  // namespace llamapp::detail

@@ -187,8 +187,10 @@ std::optional<KvHit> KvStore::fetch(const KvNamespace& ns, std::span<const Token
             return std::nullopt;
         }
         StoredEntry& e = s.entries.at(best);
-        e.header.hits += 1;
-        e.header.last_used_ms = unix_ms_now();
+        if (lookup.count_hit) {
+            e.header.hits += 1;
+            e.header.last_used_ms = unix_ms_now();
+        }
         hit.matched_tokens = best_m;
         hit.payload = e.ram;
         hit.entry.id = e.header.id;
@@ -233,14 +235,38 @@ std::optional<KvHit> KvStore::fetch(const KvNamespace& ns, std::span<const Token
         }
         hit.payload = std::move(payload);
     }
-    if (dir >= 0) update_usage(path, usage_ms, hit.entry.hits);
     hit.load_ms = std::chrono::duration<double, std::milli>(SteadyClock::now() - started).count();
-    std::lock_guard lock(s.mutex);
-    const Tier& served =
-        dir >= 0 && hit.entry.tier != "ram" ? s.dirs[static_cast<std::size_t>(dir)] : *s.ram;
-    served.metrics.hits->inc();
-    served.metrics.restore_seconds->observe(hit.load_ms / 1000.0);
+    {
+        std::lock_guard lock(s.mutex);
+        const Tier& served =
+            hit.entry.tier == "ram" ? *s.ram : s.dirs[static_cast<std::size_t>(dir)];
+        served.metrics.restore_seconds->observe(hit.load_ms / 1000.0);
+        if (lookup.count_hit) served.metrics.hits->inc();
+    }
+    if (lookup.count_hit && dir >= 0) update_usage(path, usage_ms, hit.entry.hits);
     return hit;
+}
+
+void KvStore::record_hit(const KvHit& hit) {
+    Impl& s = *impl_;
+    fs::path path;
+    std::uint64_t used_ms = 0, hits = 0;
+    {
+        std::lock_guard lock(s.mutex);
+        auto it = s.by_id.find(hit.entry.id);
+        if (it == s.by_id.end()) return;
+        StoredEntry& e = s.entries.at(it->second);
+        used_ms = e.header.last_used_ms = unix_ms_now();
+        hits = ++e.header.hits;
+        if (e.dir >= 0)
+            path = entry_path(s.dirs[static_cast<std::size_t>(e.dir)].directory, e.header.id);
+        const Tier* served = hit.entry.tier == "ram" && s.ram ? &*s.ram : nullptr;
+        for (const auto& d : s.dirs) {
+            if (d.name == hit.entry.tier) served = &d;
+        }
+        if (served) served->metrics.hits->inc();
+    }
+    if (!path.empty()) update_usage(path, used_ms, hits);
 }
 
 bool KvStore::covers(const KvNamespace& ns, std::span<const Token> tokens, KvMatch match) const {
@@ -257,10 +283,12 @@ bool KvStore::covers(const KvNamespace& ns, std::span<const Token> tokens, KvMat
 
 std::optional<KvSaveTicket> KvStore::reserve(const KvNamespace& ns, std::vector<Token> tokens,
                                              std::uint64_t bytes, SaveReason reason,
-                                             std::int32_t kept_from, std::string session) {
+                                             std::int32_t kept_from, std::string session,
+                                             KvMatch match) {
     if (tokens.empty() || bytes == 0) return std::nullopt;
     auto t = impl_->reserve(ns, std::move(tokens), bytes, reason, kept_from, std::move(session));
     if (!t) return std::nullopt;
+    t->state_->supersede = match == KvMatch::prefix && kept_from <= 0;
     return std::move(*t);
 }
 
@@ -268,9 +296,22 @@ void KvStore::commit(KvSaveTicket ticket) {
     Impl& s = *impl_;
     std::unique_ptr<KvSaveTicket::State> st = std::move(ticket.state_);
     if (!st) return;
+    std::vector<Removal> removals;
     {
         std::lock_guard lock(s.mutex);
-        if (!s.by_id.contains(st->id)) {
+        if (s.by_id.contains(st->id)) {
+            s.metrics.duplicates->inc();  // another engine saved the same tokens meanwhile
+        } else {
+            if (st->supersede) {
+                std::vector<Handle> prefixes;
+                if (auto idx = s.indexes.find(st->ns_id); idx != s.indexes.end()) {
+                    idx->second.by_boundary(st->tokens, [&](Handle other, std::size_t) {
+                        prefixes.push_back(other);
+                        return false;
+                    });
+                }
+                for (Handle other : prefixes) s.remove(other, removals);
+            }
             StoredEntry e;
             EntryHeader& h = e.header;
             h.key = std::move(st->key);
@@ -298,11 +339,11 @@ void KvStore::commit(KvSaveTicket ticket) {
                 s.work.notify_one();
             }
             s.add(handle, std::move(e));
-            return;
+            st.reset();  // the entry owns the reservations now
         }
-        s.metrics.duplicates->inc();  // another engine saved the same tokens meanwhile
     }
-    s.release(*st);
+    if (st) s.release(*st);
+    s.carry_out(std::move(removals));
 }
 
 Result<void> KvStore::put(const KvNamespace& ns, std::vector<Token> tokens,
@@ -338,14 +379,9 @@ Result<void> KvStore::put(const KvNamespace& ns, std::vector<Token> tokens,
 // ---- management -----------------------------------------------------------------------------
 
 void KvStore::report_restore_failure(const KvHit& hit) {
-    std::vector<Removal> removals;
-    {
-        std::lock_guard lock(impl_->mutex);
-        impl_->metrics.restore_failures->inc();
-        if (auto it = impl_->by_id.find(hit.entry.id); it != impl_->by_id.end())
-            impl_->remove(it->second, removals);
-    }
-    impl_->carry_out(std::move(removals));
+    log(LogLevel::warning, "kvstore: a context could not restore entry {} ({} tokens)",
+        hit.entry.id, hit.entry.tokens.size());
+    impl_->metrics.restore_failures->inc();
 }
 
 namespace {

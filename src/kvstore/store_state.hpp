@@ -75,6 +75,7 @@ struct KvSaveTicket::State {
     std::uint64_t ram_reserved = 0;
     std::uint64_t staged = 0;
     bool write = false;
+    bool supersede = false;  // drop stored entries that are prefixes of this one
     SteadyClock::time_point started;
 };
 

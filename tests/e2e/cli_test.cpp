@@ -9,6 +9,7 @@
 #include <string>
 
 #include "support/paths.hpp"
+#include "support/temp_dir.hpp"
 
 namespace {
 
@@ -52,6 +53,31 @@ TEST(Cli, RunJsonHasUsageAndTimings) {
     EXPECT_EQ(j["finish_reason"], "length");
     EXPECT_GT(j["timings"]["decode_tokens_per_s"].get<double>(), 0);
     EXPECT_EQ(j["tokens"].size(), 12u);
+}
+
+// Two processes: the second finds the first one's prompt on disk and answers the same.
+TEST(Cli, RestartServesThePromptFromTheDiskCache) {
+    llamapp::test::TempDir dir;
+    const std::string args = "run -m " + stories + " --json --temp 0 -n 16 --cache-ram 0 " +
+                             "--cache-min-tokens 16 --cache-disk " + dir.path().string() +
+                             " -p 'Once upon a time, there was a little girl named Lily. She " +
+                             "loved to play outside in the park with her friends.'";
+    CliRun cold = run(args, false);
+    ASSERT_EQ(cold.status, 0) << cold.out;
+    auto first = nlohmann::json::parse(cold.out);
+    EXPECT_EQ(first["cache"]["source"], "none");
+    CliRun warm = run(args, false);
+    ASSERT_EQ(warm.status, 0) << warm.out;
+    auto second = nlohmann::json::parse(warm.out);
+    EXPECT_EQ(second["cache"]["source"], "stored");
+    EXPECT_EQ(second["cache"]["tier"], "disk");
+    EXPECT_EQ(second["cache"]["reused_tokens"].get<int>(),
+              first["usage"]["prompt_tokens"].get<int>() - 1);
+    EXPECT_EQ(second["text"], first["text"]);
+    // Bad cache options are typed errors.
+    CliRun bad = run("run -m " + stories + " -p x -n 1 --cache-disk /proc/nope");
+    EXPECT_NE(bad.status, 0);
+    EXPECT_NE(bad.out.find("cache directory"), std::string::npos) << bad.out;
 }
 
 TEST(Cli, DefaultModelIsTheDemoWithABanner) {

@@ -1,0 +1,126 @@
+// The engine's side of the KV store: lookups on the submitting thread, restores and saves on
+// the decode thread (which only copies state bytes; the store's writers do the I/O).
+#include <fmt/core.h>
+
+#include "core/log_internal.hpp"
+#include "engine/persistence.hpp"
+#include "engine/scheduler.hpp"
+
+namespace llamapp::detail {
+
+Result<Persistence> make_persistence(const Model& model, const EngineOptions& options,
+                                     const ReuseModes& modes, int n_ctx_seq) {
+    Persistence p;
+    if (!options.kv_store) return p;
+    p.policy = options.save_policy ? *options.save_policy : options.kv_store->policy();
+    if (auto ok = validate(p.policy); !ok) return std::unexpected(ok.error());
+    auto fingerprint = model.fingerprint();
+    if (!fingerprint) return std::unexpected(fingerprint.error());
+    p.store = options.kv_store;
+    p.ns.model_fingerprint = std::move(*fingerprint);
+    // What changes the bytes of a sequence's state: the llama.cpp build that wrote it, the KV
+    // types, and flash attention (it stores V transposed or not). n_ctx only bounds what fits,
+    // which the lookup checks per entry.
+    const ContextOptions& c = options.context;
+    p.ns.layout =
+        fmt::format("llama.cpp {}; k={}; v={}; fa={}", LLAMAPP_LLAMA_COMMIT, to_string(c.type_k),
+                    to_string(c.type_v), static_cast<int>(c.flash_attn));
+    p.ns.adapters = "";  // no LoRA support yet: the set is always empty
+    p.lookup.match = modes.trim_tail ? KvMatch::prefix : KvMatch::exact;
+    p.lookup.max_entry_tokens = static_cast<std::size_t>(n_ctx_seq);
+    p.lookup.sliding_window = modes.sliding_window;
+    p.lookup.min_tokens = static_cast<std::size_t>(p.policy.min_restore_tokens);
+    p.lookup.count_hit = false;  // counted at admission, when the engine uses it
+    return p;
+}
+
+void Scheduler::prefetch(Pending& pending) const {
+    const EngineRequest& req = pending.request;
+    if (!persistence_.store || !options_.prefix_reuse || !req.options.reuse_prefix) return;
+    KvLookup lookup = persistence_.lookup;
+    lookup.session = req.session;
+    pending.stored =
+        persistence_.store->fetch(persistence_.ns_for(req.cache_scope), req.prompt, lookup);
+}
+
+bool Scheduler::restore(Slot& slot, const KvHit& hit) {
+    clear_sequence(slot);  // empty, so that freeing idle sequences below never picks it
+    llama_context* ctx = state_.ctx.get();
+    llama_memory_t mem = state_.memory();
+    const auto matched = static_cast<llama_pos>(hit.matched_tokens);
+    auto attempt = [&] {
+        llama_memory_seq_rm(mem, slot.seq, -1, -1);
+        if (llama_state_seq_set_data(ctx, hit.payload->data(), hit.payload->size(), slot.seq) == 0)
+            return false;
+        if (static_cast<std::size_t>(matched) < hit.entry.tokens.size() &&
+            !llama_memory_seq_rm(mem, slot.seq, matched, -1))
+            return false;
+        return llama_memory_seq_pos_max(mem, slot.seq) == matched - 1;
+    };
+    // The restore needs free cells; idle sequences give theirs up once before it counts as
+    // failed.
+    bool ok = attempt() || (free_one_idle_sequence() && attempt());
+    if (ok) {
+        slot.cached.assign(hit.entry.tokens.begin(), hit.entry.tokens.begin() + matched);
+        ok = window_intact(slot, slot.cached.size());
+    }
+    if (!ok) {
+        clear_sequence(slot);
+        persistence_.store->report_restore_failure(hit);
+        return false;
+    }
+    persistence_.store->record_hit(hit);
+    return true;
+}
+
+// Where a long cold prompt is saved: `boundary_trim_tokens` before its end, aligned down, so an
+// extended or re-rendered prompt still lands on the entry. 0 = no prefill save.
+std::size_t Scheduler::prefill_boundary(std::size_t prompt, std::size_t reused) const {
+    const SavePolicy& p = persistence_.policy;
+    if (!persistence_.store || !p.on_prefill ||
+        prompt - reused < static_cast<std::size_t>(p.prefill_min_tokens))
+        return 0;
+    const auto trim = static_cast<std::size_t>(p.boundary_trim_tokens);
+    const auto align = static_cast<std::size_t>(p.boundary_align_tokens);
+    if (prompt <= trim) return 0;
+    const std::size_t at = (prompt - trim) / align * align;
+    return at > reused && at >= static_cast<std::size_t>(p.min_tokens) ? at : 0;
+}
+
+void Scheduler::save_prefill_boundaries() {
+    for (auto& s : slots_) {
+        if (!s.running || s.running->save_at == 0 || s.cached.size() != s.running->save_at)
+            continue;
+        s.running->save_at = 0;
+        save(s, SaveReason::prefill);
+    }
+}
+
+void Scheduler::save(Slot& slot, SaveReason reason) {
+    const Persistence& p = persistence_;
+    if (!p.store || slot.cached.size() < static_cast<std::size_t>(p.policy.min_tokens)) return;
+    const KvNamespace ns = p.ns_for(slot.scope);
+    if (p.store->covers(ns, slot.cached, p.lookup.match)) return;
+    llama_context* ctx = state_.ctx.get();
+    const std::size_t bytes = llama_state_seq_get_size(ctx, slot.seq);
+    // The first position the state surely holds: a sliding-window cache may have dropped
+    // anything older than one window, whatever the sequence's minimum position says.
+    llama_pos kept_from =
+        std::max<llama_pos>(0, llama_memory_seq_pos_min(state_.memory(), slot.seq));
+    if (modes_.sliding_window > 0)
+        kept_from = std::max<llama_pos>(
+            kept_from, static_cast<llama_pos>(slot.cached.size()) - modes_.sliding_window);
+    auto ticket =
+        p.store->reserve(ns, slot.cached, bytes, reason, kept_from, slot.session, p.lookup.match);
+    if (!ticket) return;
+    const std::size_t copied =
+        llama_state_seq_get_data(ctx, ticket->bytes().data(), bytes, slot.seq);
+    if (copied != bytes) {
+        log(LogLevel::warning, "engine: state copy of sequence {} gave {} of {} bytes", slot.seq,
+            copied, bytes);
+        return;  // the ticket's reservation is released
+    }
+    p.store->commit(std::move(*ticket));
+}
+
+}  // namespace llamapp::detail
