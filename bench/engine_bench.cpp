@@ -3,7 +3,9 @@
 //   throughput  aggregate decode tokens/s at several widths next to llama-batched-bench
 //   multiturn   TTFT of multi-turn conversations sharing a system prompt, reuse on vs off
 //   overhead    per-token cost of the engine over the foundation's single-stream generate
+//   kvstore     TTFT of a long prompt: cold, KV store RAM hit, disk hit after a restart
 #include <CLI/CLI.hpp>
+#include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
@@ -315,6 +317,54 @@ int run_overhead(const Common& c, const Model& model, int npp, int ntg, int reps
     return 0;
 }
 
+// ---- kv store -------------------------------------------------------------------------------
+
+// One process's share of the restart scenario. `first`: empty the store, time the prompt cold,
+// then on a new engine (so no live sequence serves it) from the store's RAM tier. `restart`: a
+// new process times the same prompt from the disk tier. The script runs both, several rounds.
+int run_kvstore(const Common& c, const Model& model, const std::string& dir,
+                const std::string& phase, int prompt_tokens, unsigned seed) {
+    KvStoreOptions so;
+    so.directories.push_back({"disk", dir, 0});
+    auto store = KvStore::open(so);
+    if (!store) throw std::runtime_error(store.error().describe());
+    std::mt19937 rng(seed);
+    const auto prompt = random_tokens(rng, prompt_tokens, model.info().n_vocab);
+    auto once = [&](const char* expect_tier) {
+        EngineOptions o;
+        o.context.flash_attn = c.fa();
+        o.context.n_ctx = 4096;
+        o.context.n_seq_max = 1;
+        o.context.n_threads = c.threads;
+        o.kv_store = *store;
+        auto engine = Engine::create(model, o);
+        if (!engine) throw std::runtime_error(engine.error().describe());
+        auto h = engine->submit(greedy_request(prompt, 1));
+        if (!h) throw std::runtime_error(h.error().describe());
+        const Completion done = h->wait();
+        engine->shutdown();
+        if (done.cache.tier != expect_tier) {
+            throw std::runtime_error(fmt::format("expected a {} hit, got source {} tier '{}'",
+                                                 *expect_tier ? expect_tier : "cold",
+                                                 to_string(done.cache.source), done.cache.tier));
+        }
+        return done.generation.timings.ttft_ms;
+    };
+    nlohmann::json out = {{"phase", phase}, {"prompt_tokens", prompt_tokens}};
+    if (phase == "first") {
+        (*store)->clear();
+        out["cold_ms"] = once("");
+        out["ram_ms"] = once("ram");
+    } else {
+        out["disk_ms"] = once("disk");
+    }
+    const auto stats = (*store)->stats();
+    out["entries"] = stats.tiers.back().entries;
+    out["bytes"] = stats.tiers.back().bytes;
+    std::printf("%s\n", out.dump().c_str());
+    return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -356,6 +406,15 @@ int main(int argc, char** argv) {
     oh->add_option("--npp", o_npp)->capture_default_str();
     oh->add_option("--ntg", o_ntg)->capture_default_str();
     oh->add_option("-r,--repetitions", reps)->capture_default_str();
+
+    auto* kv = app.add_subcommand("kvstore", "one phase of the restart scenario (see run-kvstore.sh)");
+    std::string kv_dir, phase = "first";
+    int kv_tokens = 2000;
+    unsigned kv_seed = 1;
+    kv->add_option("--cache-disk", kv_dir, "the disk tier's directory")->required();
+    kv->add_option("--phase", phase)->check(CLI::IsMember({"first", "restart"}));
+    kv->add_option("--prompt-tokens", kv_tokens)->capture_default_str();
+    kv->add_option("--seed", kv_seed)->capture_default_str();
     CLI11_PARSE(app, argc, argv);
 
     set_log_level(LogLevel::error);
@@ -365,6 +424,7 @@ int main(int argc, char** argv) {
         return 1;
     }
     try {
+        if (*kv) return run_kvstore(c, *model, kv_dir, phase, kv_tokens, kv_seed);
         if (*tp) return run_throughput(c, *model, exe, npl, npp, ntg, n_ctx, !split);
         if (*mt)
             return run_multiturn(c, *model, slots, conversations, turns, system_len, user_len,

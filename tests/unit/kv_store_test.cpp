@@ -348,3 +348,34 @@ TEST(KvStore, ReservedSavesWriteOffTheCallingThread) {
 
 }  // namespace
 }  // namespace llamapp
+
+namespace llamapp {
+namespace {
+
+TEST(KvStore, MetricsArePerTierInPrometheusText) {
+    test::TempDir dir;
+    KvStoreOptions o = disk_only(dir.path(), 1 << 20);
+    o.ram_bytes = 1 << 20;
+    o.metric_labels = {{"model", "m"}};
+    auto store = KvStore::open(o);
+    ASSERT_TRUE(store);
+    Tokens t = seq(1, 20);
+    ASSERT_TRUE((*store)->put(model_a(), t, payload_for(t), SaveReason::finish));
+    ASSERT_TRUE((*store)->fetch(model_a(), seq(1, 25), {}));
+    EXPECT_FALSE((*store)->fetch(model_a(), seq(900, 25), {}));
+    const std::string text = (*store)->metrics().prometheus_text();
+    for (const char* line : {
+             "llamapp_kvstore_entries{model=\"m\",tier=\"ram\"} 1",
+             "llamapp_kvstore_entries{model=\"m\",tier=\"disk\"} 1",
+             "llamapp_kvstore_capacity_bytes{model=\"m\",tier=\"disk\"} 1048576",
+             "llamapp_kvstore_hits_total{model=\"m\",tier=\"ram\"} 1",
+             "llamapp_kvstore_misses_total{model=\"m\"} 1",
+             "llamapp_kvstore_saves_total{model=\"m\",tier=\"disk\",reason=\"finish\"} 1",
+             "llamapp_kvstore_restore_seconds_count{model=\"m\",tier=\"ram\"} 1",
+         }) {
+        EXPECT_NE(text.find(line), std::string::npos) << line << "\n" << text;
+    }
+}
+
+}  // namespace
+}  // namespace llamapp
