@@ -4,8 +4,8 @@
 //   multiturn   TTFT of multi-turn conversations sharing a system prompt, reuse on vs off
 //   overhead    per-token cost of the engine over the foundation's single-stream generate
 //   kvstore     TTFT of a long prompt: cold, KV store RAM hit, disk hit after a restart
-#include <CLI/CLI.hpp>
 #include <fmt/core.h>
+#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
@@ -407,7 +407,8 @@ int main(int argc, char** argv) {
     oh->add_option("--ntg", o_ntg)->capture_default_str();
     oh->add_option("-r,--repetitions", reps)->capture_default_str();
 
-    auto* kv = app.add_subcommand("kvstore", "one phase of the restart scenario (see run-kvstore.sh)");
+    auto* kv =
+        app.add_subcommand("kvstore", "one phase of the restart scenario (see run-kvstore.sh)");
     std::string kv_dir, phase = "first";
     int kv_tokens = 2000;
     unsigned kv_seed = 1;

@@ -1,5 +1,6 @@
 // Hundreds of requests from several threads with random lengths, cancels, drops, deadlines and
-// sessions: nothing crashes, and every accepted request ends with exactly one final event.
+// sessions, with a small KV store saving and restoring underneath: nothing crashes, every
+// accepted request ends with exactly one final event, and the store's quotas hold.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -11,6 +12,7 @@
 #include <fmt/core.h>
 
 #include "support/engine_helpers.hpp"
+#include "support/temp_dir.hpp"
 
 using namespace llamapp;
 using namespace std::chrono_literals;
@@ -24,6 +26,18 @@ TEST(EngineStress, RandomLoadEndsEveryRequestExactlyOnce) {
     o.max_queued_requests = 24;
     o.prefill_chunk = 16;
     o.min_adopt_tokens = 2;
+    test::TempDir dir;
+    KvStoreOptions so;
+    so.ram_bytes = 300 << 10;  // a few entries: evictions, drops and directory hits all happen
+    so.directories.push_back({"", dir.path(), 600 << 10});
+    so.max_pending_saves = 2;
+    so.policy.min_tokens = 8;
+    so.policy.prefill_min_tokens = 24;
+    so.policy.boundary_align_tokens = 4;
+    so.policy.min_restore_tokens = 4;
+    auto store = KvStore::open(so);
+    ASSERT_TRUE(store) << store.error().describe();
+    o.kv_store = *store;
     std::mutex mu;
     std::map<std::uint64_t, int> endings;  // request id -> final lifecycle events
     o.on_lifecycle = [&](const LifecycleEvent& e) {
@@ -94,6 +108,8 @@ TEST(EngineStress, RandomLoadEndsEveryRequestExactlyOnce) {
             (void)engine.fork_session(fmt::format("s{}", i % 6), fmt::format("f{}", i % 3));
             (void)engine.sessions();
             (void)engine.end_session(fmt::format("f{}", (i + 1) % 3));
+            (void)(*store)->stats();
+            if (i % 10 == 9) (void)(*store)->prune(std::chrono::seconds{-1});
             std::this_thread::sleep_for(2ms);
         }
     };
@@ -113,6 +129,12 @@ TEST(EngineStress, RandomLoadEndsEveryRequestExactlyOnce) {
     auto after = engine.submit(test::request(test::encode(m, "Once upon a time"), 8));
     ASSERT_TRUE(after);
     EXPECT_EQ(test::drain(*after).completion.generation.usage.completion_tokens, 8);
+    (*store)->flush();
+    const KvStoreStats stats = (*store)->stats();
+    for (const auto& tier : stats.tiers) {
+        EXPECT_LE(tier.bytes, tier.capacity) << tier.name;
+        EXPECT_GT(tier.saves, 0u) << tier.name;
+    }
     std::lock_guard lock(mu);  // after the last request: the callback takes it too
     for (std::uint64_t id : accepted_ids) EXPECT_EQ(endings[id], 1) << "request " << id;
     EXPECT_EQ(endings.size(), accepted_ids.size() + 1);  // and the last one
