@@ -102,6 +102,12 @@ Result<std::shared_ptr<KvStore>> KvStore::open(KvStoreOptions options) {
         if (ec || !fs::is_directory(d.directory))
             return fail(ErrorCode::io_error, "cannot create the cache directory",
                         d.directory.string());
+        for (std::size_t j = 0; j < i; ++j) {
+            // One directory in two tiers would see each entry twice and delete it as a duplicate.
+            if (fs::equivalent(options.directories[j].directory, d.directory, ec))
+                return fail(ErrorCode::invalid_argument, "a directory may back only one tier",
+                            d.directory.string());
+        }
         std::string name = d.name.empty() ? (i == 0 ? "disk" : fmt::format("disk{}", i)) : d.name;
         auto t = make_tier(std::move(name), d.directory, d.max_bytes);
         if (!t) return std::unexpected(t.error());

@@ -234,6 +234,23 @@ TEST(KvStore, CorruptFilesAreNeverRestored) {
     }
 }
 
+TEST(KvStore, OptionsAreValidated) {
+    TempDir dir;
+    KvStoreOptions twice;
+    twice.directories = {{"a", dir.path(), 0}, {"b", dir / ".", 0}};
+    auto s = KvStore::open(twice);
+    ASSERT_FALSE(s);
+    EXPECT_EQ(s.error().code, ErrorCode::invalid_argument);
+    KvStoreOptions bad_policy;
+    bad_policy.policy.min_tokens = 0;
+    EXPECT_EQ(KvStore::open(bad_policy).error().context, "min_tokens");
+    KvStoreOptions no_writers;
+    no_writers.writer_threads = 0;
+    EXPECT_EQ(KvStore::open(no_writers).error().context, "writer_threads");
+    std::ofstream(dir / "file") << "x";
+    EXPECT_EQ(KvStore::open(disk_only(dir / "file")).error().code, ErrorCode::io_error);
+}
+
 TEST(KvStore, OrphanedTempFilesAreRemovedAtOpen) {
     TempDir dir;
     const fs::path orphan = dir / ".abc.tmp.999999999.0";
