@@ -22,6 +22,7 @@ struct RequestChannel {
         : id(request_id), cancel(std::move(token)), inbox(std::move(box)) {}
 
     void push(EngineEvent event);
+    void push_final(Completion completion);
     void request_cancel();  // sets the token and wakes the decode thread
 
     const std::uint64_t id;

@@ -30,6 +30,20 @@ void RequestChannel::push(EngineEvent event) {
     ready.notify_one();
 }
 
+void RequestChannel::push_final(Completion completion) {
+    {
+        std::lock_guard lock(mutex);
+        if (final_pushed) return;
+        final_pushed = true;
+        // Built in place: moving a whole event through a temporary trips g++ 12's
+        // -Wmaybe-uninitialized on the empty optional log-probs under ASan.
+        EngineEvent& e = events.emplace_back();
+        e.final = true;
+        e.completion = std::move(completion);
+    }
+    ready.notify_one();
+}
+
 void RequestChannel::request_cancel() {
     cancel.cancel();
     if (auto box = inbox.lock()) box->poke();

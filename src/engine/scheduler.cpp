@@ -282,10 +282,7 @@ void Scheduler::deliver(Completion c, const Pending& pending) {
     e.session = pending.request.session;
     e.completion = &c;
     notify(e);
-    EngineEvent final_event;
-    final_event.final = true;
-    final_event.completion = std::move(c);
-    pending.channel->push(std::move(final_event));
+    pending.channel->push_final(std::move(c));
 }
 
 void Scheduler::finish_queued(std::unique_ptr<Pending> pending, std::optional<Error> error) {
