@@ -10,6 +10,7 @@ namespace llamapp::cli {
 using Runner = std::function<int()>;
 
 Runner add_run(CLI::App& app);
+Runner add_serve(CLI::App& app);
 Runner add_info(CLI::App& app);
 Runner add_tokenize(CLI::App& app);
 Runner add_embed(CLI::App& app);

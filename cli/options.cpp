@@ -63,6 +63,7 @@ std::vector<std::string> normalize_args(int argc, char** argv) {
     static const std::map<std::string, std::string> aliases = {
         {"-ngl", "--n-gpu-layers"}, {"-ctk", "--cache-type-k"}, {"-ctv", "--cache-type-v"},
         {"-fa", "--flash-attn"},    {"-ub", "--ubatch-size"},   {"-tb", "--threads-batch"},
+        {"-np", "--parallel"},
     };
     std::vector<std::string> args;
     for (int i = 1; i < argc; ++i) {

@@ -1,0 +1,64 @@
+// Server: an OpenAI-compatible HTTP front end for one engine (and its KV store).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "llamapp/engine.hpp"
+#include "llamapp/error.hpp"
+#include "llamapp/kv_store.hpp"
+#include "llamapp/model.hpp"
+
+namespace llamapp {
+
+struct ServerOptions {
+    std::string host = "127.0.0.1";
+    int port = 8080;                        // 0 = any free port (see Server::port)
+    std::string unix_socket;                // listen on this path instead of host:port
+    std::string api_key;                    // empty = no authentication
+    std::vector<std::string> cors_origins;  // empty = no CORS headers
+    std::string model_id;                   // what /v1/models lists; empty = the file's stem
+    std::string chat_template;  // Jinja source overriding the model's (empty = the model's)
+    std::size_t max_body_bytes = 8u << 20;
+    int max_prompt_tokens = 0;  // 0 = the context size
+    int max_tokens = 0;         // largest max_tokens a request may ask for; 0 = the context size
+    int max_stop_strings = 16;
+    std::chrono::milliseconds request_timeout{10 * 60 * 1000};  // total deadline per request
+    std::chrono::milliseconds drain_grace{30 * 1000};
+    int http_threads = 0;  // 0 = enough for every slot and queued request to stream at once
+};
+
+namespace detail {
+struct ServerState;
+}
+
+// Thread-safe. listen() blocks; drain() (from any thread, e.g. a signal watcher) makes it
+// return after in-flight requests finished or the grace period ran out.
+class Server {
+  public:
+    // `engine` and `store` (may be null) must outlive the server.
+    static Result<std::unique_ptr<Server>> create(const Model& model, Engine& engine,
+                                                  std::shared_ptr<KvStore> store,
+                                                  ServerOptions options);
+    ~Server();
+
+    // Binds; then port() is known. Errors: io_error when the address is taken.
+    Result<void> bind();
+    // Serves until drain() (or stop()) completes.
+    Result<void> listen();
+    int port() const;
+
+    // Stops accepting work (ready turns false, new requests get 503), lets in-flight requests
+    // finish for up to the grace period, cancels the rest, shuts the engine down (saving KV
+    // store entries per policy) and stops the listener.
+    void drain();
+
+  private:
+    explicit Server(std::unique_ptr<detail::ServerState> state);
+    std::unique_ptr<detail::ServerState> state_;
+};
+
+}  // namespace llamapp

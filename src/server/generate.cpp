@@ -1,0 +1,243 @@
+// /v1/completions and /v1/chat/completions: one engine request each, answered whole or as
+// Server-Sent Events. A client that goes away cancels its request.
+#include <fmt/core.h>
+
+#include <chrono>
+
+#include "server/server_state.hpp"
+
+namespace llamapp::detail {
+
+using json = nlohmann::json;
+
+namespace {
+
+std::int64_t unix_now() {
+    return std::chrono::duration_cast<std::chrono::seconds>(
+               std::chrono::system_clock::now().time_since_epoch())
+        .count();
+}
+
+const char* finish_name(FinishReason r) {
+    return r == FinishReason::length ? "length" : "stop";
+}
+
+json usage_json(const Generation& g) {
+    return {{"prompt_tokens", g.usage.prompt_tokens},
+            {"completion_tokens", g.usage.completion_tokens},
+            {"total_tokens", g.usage.prompt_tokens + g.usage.completion_tokens},
+            {"prompt_tokens_details", {{"cached_tokens", g.usage.cached_tokens}}}};
+}
+
+json bytes_of(const std::string& s) {
+    json b = json::array();
+    for (unsigned char c : s) b.push_back(c);
+    return b;
+}
+
+// Chat shape: {"content": [{token, logprob, bytes, top_logprobs}]}.
+json chat_logprobs(const std::vector<TokenLogprobs>& all) {
+    json content = json::array();
+    for (const auto& t : all) {
+        json top = json::array();
+        for (const auto& alt : t.top)
+            top.push_back(
+                {{"token", alt.piece}, {"logprob", alt.logprob}, {"bytes", bytes_of(alt.piece)}});
+        content.push_back({{"token", t.chosen.piece},
+                           {"logprob", t.chosen.logprob},
+                           {"bytes", bytes_of(t.chosen.piece)},
+                           {"top_logprobs", top}});
+    }
+    return {{"content", content}};
+}
+
+// Legacy completions shape.
+json completion_logprobs(const std::vector<TokenLogprobs>& all) {
+    json tokens = json::array(), logprobs = json::array(), top = json::array(),
+         offsets = json::array();
+    std::size_t offset = 0;
+    for (const auto& t : all) {
+        tokens.push_back(t.chosen.piece);
+        logprobs.push_back(t.chosen.logprob);
+        json alts = json::object();
+        for (const auto& alt : t.top) alts[alt.piece] = alt.logprob;
+        top.push_back(alts);
+        offsets.push_back(offset);
+        offset += t.chosen.piece.size();
+    }
+    return {{"tokens", tokens},
+            {"token_logprobs", logprobs},
+            {"top_logprobs", top},
+            {"text_offset", offsets}};
+}
+
+struct Reply {
+    std::string id;
+    std::string model;
+    std::int64_t created = 0;
+    bool chat = false;
+
+    json envelope(const char* object) const {
+        return {{"id", id}, {"object", object}, {"created", created}, {"model", model}};
+    }
+    json chunk(json delta_or_text, const json& finish, const json& logprobs) const {
+        json c = envelope(chat ? "chat.completion.chunk" : "text_completion");
+        json choice = {{"index", 0}, {"finish_reason", finish}, {"logprobs", logprobs}};
+        if (chat)
+            choice["delta"] = std::move(delta_or_text);
+        else
+            choice["text"] = std::move(delta_or_text);
+        c["choices"] = json::array({choice});
+        return c;
+    }
+};
+
+std::string sse(const json& data) {
+    return "data: " + dump(data) + "\n\n";
+}
+
+}  // namespace
+
+void ServerState::generate(const httplib::Request& req, httplib::Response& res, bool chat) {
+    const json body = parse_body(req.body);
+    GenerationRequest g = chat ? parse_chat(body, limits) : parse_completion(body, limits);
+    if (!g.model.empty() && g.model != model_id)
+        throw HttpException{{404, "invalid_request_error", "model_not_found", "model",
+                             fmt::format("the model '{}' does not exist", g.model)}};
+    g.engine.options.timeout = options.request_timeout;
+
+    ChatPrompt rendered;
+    if (chat) {
+        if (!chat_template)
+            throw HttpException{{400, "invalid_request_error", "no_chat_template", "messages",
+                                 chat_template_error}};
+        auto prompt = chat_template->render(g.messages);
+        if (!prompt) throw HttpException{http_error(prompt.error(), "messages")};
+        rendered = std::move(*prompt);
+        g.engine.prompt = rendered.tokens;
+        for (const auto& s : rendered.stop) g.engine.options.stop.push_back(s);
+    } else if (!g.prompt_text.empty()) {
+        auto tokens = model.tokenizer().encode(g.prompt_text, g.engine.options.tokenize);
+        if (!tokens) throw HttpException{http_error(tokens.error(), "prompt")};
+        g.engine.prompt = std::move(*tokens);
+    }
+    if (static_cast<int>(g.engine.prompt.size()) > max_prompt_tokens)
+        throw HttpException{{413, "invalid_request_error", "context_length_exceeded",
+                             chat ? "messages" : "prompt",
+                             fmt::format("the prompt has {} tokens; at most {} are accepted",
+                                         g.engine.prompt.size(), max_prompt_tokens)}};
+    auto submitted = engine.submit(std::move(g.engine));
+    if (!submitted) throw HttpException{http_error(submitted.error())};
+
+    Reply reply;
+    reply.chat = chat;
+    reply.id = fmt::format("{}-{}", chat ? "chatcmpl" : "cmpl", next_id.fetch_add(1) + 1);
+    reply.model = model_id;
+    reply.created = unix_now();
+
+    if (!g.stream) {
+        InFlight counted(*this);
+        RequestHandle& handle = *submitted;
+        EngineEvent event;
+        std::optional<Completion> done;
+        for (;;) {
+            const auto got = handle.next_for(event, std::chrono::milliseconds(100));
+            if (got == RequestHandle::Wait::closed) break;
+            if (got == RequestHandle::Wait::timeout) {
+                if (req.is_connection_closed()) handle.cancel();  // nobody will read the answer
+                continue;
+            }
+            if (event.final) done = std::move(event.completion);
+        }
+        const Generation& gen = done->generation;
+        if (gen.error) throw HttpException{http_error(*gen.error)};
+        json out = reply.envelope(chat ? "chat.completion" : "text_completion");
+        json choice = {{"index", 0}, {"finish_reason", finish_name(gen.finish_reason)}};
+        if (chat) {
+            const ChatMessage parsed = ChatTemplate::parse(gen.text, rendered);
+            json message = {{"role", "assistant"}, {"content", parsed.content}};
+            if (!parsed.reasoning_content.empty())
+                message["reasoning_content"] = parsed.reasoning_content;
+            choice["message"] = message;
+            choice["logprobs"] = g.logprobs ? chat_logprobs(gen.logprobs) : json(nullptr);
+        } else {
+            choice["text"] = gen.text;
+            choice["logprobs"] = g.logprobs ? completion_logprobs(gen.logprobs) : json(nullptr);
+        }
+        out["choices"] = json::array({choice});
+        out["usage"] = usage_json(gen);
+        res.set_content(dump(out), "application/json");
+        return;
+    }
+
+    // Streaming: the provider runs on this connection's thread until the final event.
+    struct Stream {
+        RequestHandle handle;
+        Reply reply;
+        bool include_usage = false;
+        bool logprobs = false;
+        bool started = false;
+        InFlight counted;
+    };
+    auto stream = std::make_shared<Stream>(
+        Stream{std::move(*submitted), reply, g.include_usage, g.logprobs, false, InFlight(*this)});
+    res.set_header("Cache-Control", "no-cache");
+    res.set_chunked_content_provider("text/event-stream", [stream, chat](std::size_t,
+                                                                         httplib::DataSink& sink) {
+        Stream& s = *stream;
+        EngineEvent event;
+        for (;;) {
+            const auto got = s.handle.next_for(event, std::chrono::milliseconds(100));
+            if (got == RequestHandle::Wait::closed) {
+                sink.done();
+                return true;
+            }
+            if (got == RequestHandle::Wait::timeout) {
+                if (!sink.is_writable()) {
+                    s.handle.cancel();
+                    return false;
+                }
+                continue;
+            }
+            break;
+        }
+        std::string out;
+        if (chat && !s.started) {
+            out += sse(s.reply.chunk({{"role", "assistant"}, {"content", ""}}, nullptr, nullptr));
+            s.started = true;
+        }
+        if (!event.final) {
+            if (!event.piece.text.empty() || event.piece.logprobs) {
+                json lp = nullptr;
+                if (s.logprobs && event.piece.logprobs) {
+                    lp = chat ? chat_logprobs({*event.piece.logprobs})
+                              : completion_logprobs({*event.piece.logprobs});
+                }
+                json delta = chat ? json{{"content", event.piece.text}} : json(event.piece.text);
+                out += sse(s.reply.chunk(std::move(delta), nullptr, lp));
+            }
+        } else {
+            const Generation& gen = event.completion->generation;
+            if (gen.error) {
+                out += sse(http_error(*gen.error).body());
+            } else {
+                out += sse(s.reply.chunk(chat ? json::object() : json(""),
+                                         finish_name(gen.finish_reason), nullptr));
+                if (s.include_usage) {
+                    json u = s.reply.envelope(chat ? "chat.completion.chunk" : "text_completion");
+                    u["choices"] = json::array();
+                    u["usage"] = usage_json(gen);
+                    out += sse(u);
+                }
+            }
+            out += "data: [DONE]\n\n";
+        }
+        if (!out.empty() && !sink.write(out.data(), out.size())) {
+            s.handle.cancel();  // the client went away
+            return false;
+        }
+        return true;
+    });
+}
+
+}  // namespace llamapp::detail

@@ -1,0 +1,66 @@
+#include "server/http_error.hpp"
+
+namespace llamapp::detail {
+
+nlohmann::json HttpError::body() const {
+    nlohmann::json e = {{"message", message}, {"type", type}};
+    e["param"] = param.empty() ? nlohmann::json(nullptr) : nlohmann::json(param);
+    e["code"] = code.empty() ? nlohmann::json(nullptr) : nlohmann::json(code);
+    return {{"error", e}};
+}
+
+HttpError invalid(std::string param, std::string message, std::string code) {
+    return {400, "invalid_request_error", std::move(code), std::move(param), std::move(message)};
+}
+
+HttpError http_error(const Error& error, std::string param) {
+    HttpError h;
+    h.message = error.describe();
+    h.param = param.empty() ? error.context : std::move(param);
+    h.code = std::string(to_string(error.code));
+    switch (error.code) {
+        case ErrorCode::invalid_argument:
+        case ErrorCode::invalid_grammar:
+        case ErrorCode::invalid_json_schema:
+        case ErrorCode::template_error:
+        case ErrorCode::unsupported_operation:
+            h.status = 400;
+            break;
+        case ErrorCode::context_overflow:
+            h.status = 413;
+            h.code = "context_length_exceeded";
+            break;
+        case ErrorCode::not_found:
+        case ErrorCode::file_not_found:
+            h.status = 404;
+            h.type = "not_found_error";
+            break;
+        case ErrorCode::already_exists:
+        case ErrorCode::busy:
+            h.status = 409;
+            break;
+        case ErrorCode::queue_full:
+            h.status = 429;
+            h.type = "rate_limit_error";
+            break;
+        case ErrorCode::shutting_down:
+            h.status = 503;
+            h.type = "server_error";
+            break;
+        case ErrorCode::timeout:
+            h.status = 504;
+            h.type = "timeout_error";
+            break;
+        case ErrorCode::cancelled:
+            h.status = 499;  // the client went away; nobody reads this
+            break;
+        default:
+            h.status = 500;
+            h.type = "server_error";
+            h.param.clear();
+            break;
+    }
+    return h;
+}
+
+}  // namespace llamapp::detail

@@ -1,0 +1,35 @@
+// Internal: OpenAI-shaped errors and the one table that maps llamapp's codes to HTTP status.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+
+#include "llamapp/error.hpp"
+
+namespace llamapp::detail {
+
+struct HttpError {
+    int status = 400;
+    std::string type = "invalid_request_error";
+    std::string code;   // machine-readable, e.g. "invalid_value"
+    std::string param;  // the request field at fault, if any
+    std::string message;
+
+    nlohmann::json body() const;
+};
+
+// Model output can hold partial UTF-8 (a log-prob's token piece): replaced, never thrown on.
+inline std::string dump(const nlohmann::json& j) {
+    return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+HttpError invalid(std::string param, std::string message, std::string code = "invalid_value");
+HttpError http_error(const Error& error, std::string param = {});
+
+// Thrown inside request handlers and turned into a response at the top; never escapes them.
+struct HttpException {
+    HttpError error;
+};
+
+}  // namespace llamapp::detail

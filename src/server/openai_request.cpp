@@ -1,0 +1,254 @@
+#include "server/openai_request.hpp"
+
+#include <fmt/core.h>
+
+#include <cmath>
+#include <limits>
+
+namespace llamapp::detail {
+
+using json = nlohmann::json;
+
+namespace {
+
+[[noreturn]] void reject(const std::string& param, const std::string& message,
+                         const char* code = "invalid_value") {
+    throw HttpException{invalid(param, message, code)};
+}
+
+double number(const json& v, const std::string& name, double lo, double hi) {
+    if (!v.is_number()) reject(name, fmt::format("'{}' must be a number", name), "invalid_type");
+    const double d = v.get<double>();
+    if (!std::isfinite(d) || d < lo || d > hi)
+        reject(name, fmt::format("'{}' must be between {} and {}", name, lo, hi));
+    return d;
+}
+
+long long integer(const json& v, const std::string& name, long long lo, long long hi) {
+    if (v.is_number_integer()) {
+        // Unsigned values above the signed range are out of range anyway.
+        if (v.is_number_unsigned() &&
+            v.get<unsigned long long>() >
+                static_cast<unsigned long long>(std::numeric_limits<long long>::max()))
+            reject(name, fmt::format("'{}' must be between {} and {}", name, lo, hi));
+        const long long n = v.get<long long>();
+        if (n < lo || n > hi)
+            reject(name, fmt::format("'{}' must be between {} and {}", name, lo, hi));
+        return n;
+    }
+    reject(name, fmt::format("'{}' must be an integer", name), "invalid_type");
+}
+
+bool boolean(const json& v, const std::string& name) {
+    if (!v.is_boolean()) reject(name, fmt::format("'{}' must be a boolean", name), "invalid_type");
+    return v.get<bool>();
+}
+
+// Fields every generation request shares: sampling, limits, streaming, extensions.
+void parse_common(const json& body, const RequestLimits& limits, GenerationRequest& out,
+                  bool chat) {
+    GenerateOptions& o = out.engine.options;
+    SamplingParams& s = o.sampling;
+    if (const json* v = optional_field(body, "model")) out.model = string_field(*v, "model");
+    if (const json* v = optional_field(body, "stream")) out.stream = boolean(*v, "stream");
+    if (const json* v = optional_field(body, "stream_options")) {
+        if (!v->is_object())
+            reject("stream_options", "'stream_options' must be an object", "invalid_type");
+        if (const json* u = optional_field(*v, "include_usage"))
+            out.include_usage = boolean(*u, "stream_options.include_usage");
+    }
+    o.max_tokens = limits.max_tokens;
+    for (const char* name : {"max_tokens", "max_completion_tokens"}) {
+        if (const json* v = optional_field(body, name))
+            o.max_tokens = static_cast<int>(integer(*v, name, 1, limits.max_tokens));
+    }
+    if (const json* v = optional_field(body, "n"); v && integer(*v, "n", 1, 1) != 1)
+        reject("n", "only n = 1 is supported");
+    if (const json* v = optional_field(body, "temperature"))
+        s.temperature = static_cast<float>(number(*v, "temperature", 0, 2));
+    if (const json* v = optional_field(body, "top_p"))
+        s.top_p = static_cast<float>(number(*v, "top_p", 0, 1));
+    if (const json* v = optional_field(body, "top_k"))
+        s.top_k = static_cast<int>(integer(*v, "top_k", 0, limits.vocab_size));
+    if (const json* v = optional_field(body, "min_p"))
+        s.min_p = static_cast<float>(number(*v, "min_p", 0, 1));
+    if (const json* v = optional_field(body, "presence_penalty"))
+        s.presence_penalty = static_cast<float>(number(*v, "presence_penalty", -2, 2));
+    if (const json* v = optional_field(body, "frequency_penalty"))
+        s.frequency_penalty = static_cast<float>(number(*v, "frequency_penalty", -2, 2));
+    if (const json* v = optional_field(body, "repeat_penalty"))
+        s.repeat_penalty = static_cast<float>(number(*v, "repeat_penalty", 0, 10));
+    if (const json* v = optional_field(body, "seed")) {
+        // Any 64-bit integer; the sampler takes its low 32 bits.
+        s.seed =
+            static_cast<std::uint32_t>(integer(*v, "seed", std::numeric_limits<long long>::min(),
+                                               std::numeric_limits<long long>::max()));
+    }
+    if (const json* v = optional_field(body, "stop")) {
+        if (v->is_string()) {
+            o.stop.push_back(v->get<std::string>());
+        } else if (v->is_array()) {
+            if (v->size() > static_cast<std::size_t>(limits.max_stop_strings))
+                reject("stop", fmt::format("at most {} stop strings", limits.max_stop_strings));
+            for (const auto& item : *v) o.stop.push_back(string_field(item, "stop"));
+        } else {
+            reject("stop", "'stop' must be a string or an array of strings", "invalid_type");
+        }
+        for (const auto& stop : o.stop) {
+            if (stop.empty()) reject("stop", "stop strings must not be empty");
+        }
+    }
+    if (const json* v = optional_field(body, "logit_bias")) {
+        if (!v->is_object()) reject("logit_bias", "'logit_bias' must be an object", "invalid_type");
+        for (const auto& [key, bias] : v->items()) {
+            std::size_t used = 0;
+            long token = -1;
+            try {
+                token = std::stol(key, &used);
+            } catch (...) {
+                used = 0;
+            }
+            if (used != key.size() || token < 0 || token >= limits.vocab_size)
+                reject("logit_bias", fmt::format("'{}' is not a token id of this model", key));
+            s.logit_bias.push_back({static_cast<Token>(token),
+                                    static_cast<float>(number(bias, "logit_bias", -100, 100))});
+        }
+    }
+    if (chat) {
+        if (const json* v = optional_field(body, "logprobs"))
+            out.logprobs = boolean(*v, "logprobs");
+        if (const json* v = optional_field(body, "top_logprobs")) {
+            out.top_logprobs = static_cast<int>(integer(*v, "top_logprobs", 0, 20));
+            if (!out.logprobs) reject("top_logprobs", "'top_logprobs' needs 'logprobs': true");
+        }
+    } else if (const json* v = optional_field(body, "logprobs")) {
+        out.top_logprobs = static_cast<int>(integer(*v, "logprobs", 0, 5));
+        out.logprobs = true;
+    }
+    o.logprobs = out.logprobs;
+    o.top_logprobs = out.top_logprobs;
+    if (const json* v = optional_field(body, "response_format")) {
+        if (!v->is_object())
+            reject("response_format", "'response_format' must be an object", "invalid_type");
+        const json* type = optional_field(*v, "type");
+        const std::string t = type ? string_field(*type, "response_format.type") : "";
+        if (t == "json_object") {
+            s.json_schema = R"({"type":"object"})";
+        } else if (t == "json_schema") {
+            const json* spec = optional_field(*v, "json_schema");
+            const json* schema =
+                spec && spec->is_object() ? optional_field(*spec, "schema") : nullptr;
+            if (!schema || !schema->is_object())
+                reject("response_format.json_schema.schema", "a JSON schema object is required");
+            s.json_schema = schema->dump();
+        } else if (t != "text") {
+            reject("response_format.type", "must be one of text, json_object, json_schema");
+        }
+    }
+    if (const json* v = optional_field(body, "grammar")) {
+        s.grammar = string_field(*v, "grammar");
+        if (!s.json_schema.empty())
+            reject("grammar", "'grammar' and a JSON response_format exclude each other");
+    }
+    if (const json* v = optional_field(body, "session"))
+        out.engine.session = string_field(*v, "session");
+    if (const json* v = optional_field(body, "cache_prompt"))
+        o.reuse_prefix = boolean(*v, "cache_prompt");
+    if (const json* v = optional_field(body, "tools"); v && !(v->is_array() && v->empty()))
+        reject("tools", "tool calling is not supported by this server yet",
+               "unsupported_parameter");
+}
+
+std::string message_content(const json& content, const std::string& name) {
+    if (content.is_string()) return content.get<std::string>();
+    if (!content.is_array())
+        reject(name, "content must be a string or an array of text parts", "invalid_type");
+    std::string text;
+    for (const auto& part : content) {
+        if (!part.is_object()) reject(name, "content parts must be objects", "invalid_type");
+        const json* type = optional_field(part, "type");
+        if (!type || string_field(*type, name + ".type") != "text")
+            reject(name, "only text content parts are supported");
+        const json* t = optional_field(part, "text");
+        if (!t) reject(name, "a text part needs 'text'");
+        text += string_field(*t, name + ".text");
+    }
+    return text;
+}
+
+}  // namespace
+
+json parse_body(const std::string& body) {
+    json j = json::parse(body, nullptr, false);
+    if (j.is_discarded()) reject("", "the request body is not valid JSON", "invalid_json");
+    if (!j.is_object()) reject("", "the request body must be a JSON object", "invalid_type");
+    return j;
+}
+
+const json* optional_field(const json& body, const char* name) {
+    auto it = body.find(name);
+    return it == body.end() || it->is_null() ? nullptr : &*it;
+}
+
+std::string string_field(const json& value, const std::string& name) {
+    if (!value.is_string())
+        reject(name, fmt::format("'{}' must be a string", name), "invalid_type");
+    return value.get<std::string>();
+}
+
+GenerationRequest parse_completion(const json& body, const RequestLimits& limits) {
+    GenerationRequest out;
+    parse_common(body, limits, out, false);
+    const json* prompt = optional_field(body, "prompt");
+    if (!prompt) reject("prompt", "'prompt' is required", "missing_required_parameter");
+    if (prompt->is_string()) {
+        out.prompt_text = prompt->get<std::string>();
+    } else if (prompt->is_array() && prompt->size() == 1 && (*prompt)[0].is_string()) {
+        out.prompt_text = (*prompt)[0].get<std::string>();
+    } else if (prompt->is_array() && !prompt->empty() && (*prompt)[0].is_number()) {
+        for (const auto& t : *prompt)
+            out.engine.prompt.push_back(
+                static_cast<Token>(integer(t, "prompt", 0, limits.vocab_size - 1)));
+    } else {
+        reject("prompt", "'prompt' must be a string, one string in an array, or token ids",
+               "invalid_type");
+    }
+    if (out.prompt_text.empty() && out.engine.prompt.empty())
+        reject("prompt", "'prompt' must not be empty");
+    return out;
+}
+
+GenerationRequest parse_chat(const json& body, const RequestLimits& limits) {
+    GenerationRequest out;
+    parse_common(body, limits, out, true);
+    const json* messages = optional_field(body, "messages");
+    if (!messages) reject("messages", "'messages' is required", "missing_required_parameter");
+    if (!messages->is_array()) reject("messages", "'messages' must be an array", "invalid_type");
+    if (messages->empty()) reject("messages", "'messages' must not be empty");
+    for (std::size_t i = 0; i < messages->size(); ++i) {
+        const json& m = (*messages)[i];
+        const std::string where = fmt::format("messages[{}]", i);
+        if (!m.is_object()) reject(where, "each message must be an object", "invalid_type");
+        ChatMessage msg;
+        const json* role = optional_field(m, "role");
+        if (!role) reject(where + ".role", "'role' is required", "missing_required_parameter");
+        msg.role = string_field(*role, "role");
+        if (msg.role == "developer") msg.role = "system";
+        if (msg.role != "system" && msg.role != "user" && msg.role != "assistant" &&
+            msg.role != "tool")
+            reject(where + ".role", "role must be system, developer, user, assistant or tool");
+        const json* content = optional_field(m, "content");
+        if (content) {
+            msg.content = message_content(*content, where + ".content");
+        } else if (msg.role != "assistant") {
+            reject(where + ".content", "'content' is required", "missing_required_parameter");
+        }
+        if (const json* v = optional_field(m, "name")) msg.name = string_field(*v, "name");
+        if (const json* v = optional_field(m, "tool_call_id"))
+            msg.tool_call_id = string_field(*v, "tool_call_id");
+        out.messages.push_back(std::move(msg));
+    }
+    return out;
+}
+
+}  // namespace llamapp::detail

@@ -1,0 +1,279 @@
+// The HTTP server (cpp-httplib, vendored by the llama.cpp tree): routes, authentication, CORS,
+// OpenAI-shaped errors, access log, drain.
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <thread>
+
+#include "core/log_internal.hpp"
+#include "server/server_state.hpp"
+
+namespace llamapp {
+
+using json = nlohmann::json;
+using namespace detail;
+
+namespace {
+
+// A model without a template still chats: ChatML is the most common convention.
+constexpr const char* fallback_chat_template =
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + "
+    "message['content'] + '<|im_end|>' + '\\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+
+bool constant_time_equal(const std::string& a, const std::string& b) {
+    unsigned char diff = a.size() == b.size() ? 0 : 1;
+    for (std::size_t i = 0; i < a.size(); ++i)
+        diff |= static_cast<unsigned char>(a[i] ^ (i < b.size() ? b[i] : 0));
+    return diff == 0;
+}
+
+bool public_route(const std::string& path) {
+    return path == "/health" || path == "/health/live" || path == "/health/ready";
+}
+
+}  // namespace
+
+Server::Server(std::unique_ptr<ServerState> state) : state_(std::move(state)) {}
+Server::~Server() {
+    if (state_) state_->http.stop();
+}
+
+Result<std::unique_ptr<Server>> Server::create(const Model& model, Engine& engine,
+                                               std::shared_ptr<KvStore> store,
+                                               ServerOptions options) {
+    if (options.port < 0 || options.port > 65535)
+        return fail(ErrorCode::invalid_argument, "port must be in [0, 65535]", "port");
+    if (options.max_body_bytes < 1024)
+        return fail(ErrorCode::invalid_argument, "must be >= 1024", "max_body_bytes");
+    if (options.max_prompt_tokens < 0 || options.max_tokens < 0 || options.max_stop_strings < 0)
+        return fail(ErrorCode::invalid_argument, "limits must be >= 0", "max_tokens");
+    auto state = std::make_unique<ServerState>(model, engine, std::move(store), options);
+    ServerState& s = *state;
+    s.model_id = options.model_id.empty() ? model.info().path.stem().string() : options.model_id;
+    const int n_ctx = engine.n_ctx();
+    s.max_prompt_tokens =
+        options.max_prompt_tokens > 0 ? std::min(options.max_prompt_tokens, n_ctx) : n_ctx;
+    s.limits.max_tokens = options.max_tokens > 0 ? std::min(options.max_tokens, n_ctx) : n_ctx;
+    s.limits.max_stop_strings = options.max_stop_strings;
+    s.limits.vocab_size = model.tokenizer().vocab_size();
+    std::string source = options.chat_template;
+    if (source.empty() && !model.info().chat_template) source = fallback_chat_template;
+    if (auto t = ChatTemplate::create(model, source); t) {
+        s.chat_template = std::move(*t);
+    } else {
+        if (!options.chat_template.empty()) return std::unexpected(t.error());
+        s.chat_template_error = t.error().describe();
+        log(LogLevel::warning, "server: /v1/chat/completions is off: {}", s.chat_template_error);
+    }
+    const int threads = options.http_threads > 0
+                            ? options.http_threads
+                            : engine.stats().slots + 64 + 16;  // slots, queue bound, headroom
+    s.http.new_task_queue = [threads] {
+        return new httplib::ThreadPool(8, static_cast<std::size_t>(threads));
+    };
+    s.http.set_payload_max_length(options.max_body_bytes);
+    s.http.set_read_timeout(std::chrono::seconds(60));
+    s.http.set_write_timeout(std::chrono::seconds(60));
+    s.register_routes();
+    return std::unique_ptr<Server>(new Server(std::move(state)));
+}
+
+Result<void> Server::bind() {
+    ServerState& s = *state_;
+    if (!s.options.unix_socket.empty()) {
+        s.http.set_address_family(AF_UNIX);
+        if (!s.http.bind_to_port(s.options.unix_socket, 80))
+            return fail(ErrorCode::io_error, "cannot listen on the unix socket",
+                        s.options.unix_socket);
+        return {};
+    }
+    if (s.options.port == 0) {
+        s.port = s.http.bind_to_any_port(s.options.host);
+        if (s.port < 0) s.port = 0;
+    } else if (s.http.bind_to_port(s.options.host, s.options.port)) {
+        s.port = s.options.port;
+    }
+    if (s.port == 0)
+        return fail(ErrorCode::io_error, "cannot listen on the address (is the port taken?)",
+                    fmt::format("{}:{}", s.options.host, s.options.port));
+    return {};
+}
+
+Result<void> Server::listen() {
+    if (!state_->http.listen_after_bind())
+        return fail(ErrorCode::io_error, "the listener stopped unexpectedly");
+    return {};
+}
+
+int Server::port() const {
+    return state_->port;
+}
+
+void Server::drain() {
+    ServerState& s = *state_;
+    std::call_once(s.drained, [&] {
+        s.draining = true;
+        log(LogLevel::info, "server: draining ({} requests in flight)", s.in_flight.load());
+        const auto until = std::chrono::steady_clock::now() + s.options.drain_grace;
+        while (s.in_flight.load() > 0 && std::chrono::steady_clock::now() < until)
+            std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        // Cancels what is left; their streams end with an error event; entries are saved.
+        s.engine.shutdown();
+        while (s.in_flight.load() > 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        s.http.stop();
+    });
+}
+
+namespace detail {
+
+void ServerState::send_error(httplib::Response& res, const HttpError& error) const {
+    res.status = error.status;
+    if (error.status == 429) res.set_header("Retry-After", "1");
+    if (error.status == 503) res.set_header("Retry-After", "5");
+    res.set_content(dump(error.body()), "application/json");
+}
+
+bool ServerState::authorized(const httplib::Request& req) const {
+    if (options.api_key.empty()) return true;
+    const std::string header = req.get_header_value("Authorization");
+    const std::string prefix = "Bearer ";
+    if (header.size() < prefix.size() || header.compare(0, prefix.size(), prefix) != 0)
+        return false;
+    return constant_time_equal(header.substr(prefix.size()), options.api_key);
+}
+
+void ServerState::access_log(const httplib::Request& req, const httplib::Response& res) const {
+    log(LogLevel::info, "http {} {} {} {}B", req.method, req.path, res.status, res.body.size());
+}
+
+void ServerState::register_routes() {
+    http.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
+        access_log(req, res);
+    });
+    http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+        const std::string origin = req.get_header_value("Origin");
+        if (!origin.empty() && std::find(options.cors_origins.begin(), options.cors_origins.end(),
+                                         origin) != options.cors_origins.end()) {
+            res.set_header("Access-Control-Allow-Origin", origin);
+            res.set_header("Vary", "Origin");
+            res.set_header("Access-Control-Allow-Headers", "Authorization, Content-Type");
+            res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+            if (req.method == "OPTIONS") {
+                res.status = 204;
+                return httplib::Server::HandlerResponse::Handled;
+            }
+        }
+        if (!public_route(req.path) && !authorized(req)) {
+            send_error(res, {401, "authentication_error", "invalid_api_key", "",
+                             "a valid API key is required (Authorization: Bearer ...)"});
+            return httplib::Server::HandlerResponse::Handled;
+        }
+        if (draining && req.method == "POST") {
+            send_error(res, {503, "server_error", "draining", "", "the server is shutting down"});
+            return httplib::Server::HandlerResponse::Handled;
+        }
+        return httplib::Server::HandlerResponse::Unhandled;
+    });
+    // Anything httplib answers itself (unknown route, body too large, bad framing) gets the
+    // same JSON shape.
+    http.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
+        if (!res.body.empty()) return;
+        if (res.status == 404) {
+            send_error(res, {404, "not_found_error", "unknown_route", "",
+                             fmt::format("no route {} {}", req.method, req.path)});
+        } else if (res.status == 413) {
+            send_error(res, {413, "invalid_request_error", "body_too_large", "",
+                             fmt::format("the body exceeds {} bytes", options.max_body_bytes)});
+        } else {
+            send_error(res, {res.status, "invalid_request_error", "bad_request", "",
+                             "the request could not be read"});
+        }
+    });
+    http.set_exception_handler(
+        [this](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+            HttpError e{500, "server_error", "internal", "", "internal error"};
+            try {
+                std::rethrow_exception(ep);
+            } catch (const HttpException& h) {
+                e = h.error;
+            } catch (const std::exception& x) {
+                e.message = x.what();
+            } catch (...) {
+            }
+            send_error(res, e);
+        });
+
+    auto health = [this](const httplib::Request&, httplib::Response& res) {
+        const EngineStats st = engine.stats();
+        const bool ready = !draining && st.queued_requests < 64;
+        json body = {{"status", ready ? "ok" : (draining ? "draining" : "busy")},
+                     {"slots", st.slots},
+                     {"busy_slots", st.busy_slots},
+                     {"queued_requests", st.queued_requests}};
+        res.status = ready ? 200 : 503;
+        res.set_content(dump(body), "application/json");
+    };
+    http.Get("/health", health);
+    http.Get("/health/ready", health);
+    http.Get("/health/live", [](const httplib::Request&, httplib::Response& res) {
+        res.set_content(R"({"status":"ok"})", "application/json");
+    });
+    http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+        json models = {{"object", "list"},
+                       {"data",
+                        {{{"id", model_id},
+                          {"object", "model"},
+                          {"created", 0},
+                          {"owned_by", "llamapp"},
+                          {"meta",
+                           {{"n_ctx", engine.n_ctx()},
+                            {"n_vocab", limits.vocab_size},
+                            {"architecture", model.info().architecture}}}}}}};
+        res.set_content(dump(models), "application/json");
+    });
+    http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+        std::string text = engine.metrics().prometheus_text();
+        if (store && &store->metrics() != &engine.metrics())
+            text += store->metrics().prometheus_text();
+        res.set_content(text, "text/plain; version=0.0.4");
+    });
+    http.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
+        const json body = parse_body(req.body);
+        const json* content = optional_field(body, "content");
+        if (!content) throw HttpException{invalid("content", "'content' is required")};
+        TokenizeOptions t;
+        if (const json* v = optional_field(body, "add_special")) {
+            if (!v->is_boolean()) throw HttpException{invalid("add_special", "must be a boolean")};
+            t.add_special = v->get<bool>();
+        }
+        auto tokens = model.tokenizer().encode(string_field(*content, "content"), t);
+        if (!tokens) throw HttpException{http_error(tokens.error(), "content")};
+        res.set_content(dump(json{{"tokens", *tokens}}), "application/json");
+    });
+    http.Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) {
+        const json body = parse_body(req.body);
+        const json* tokens = optional_field(body, "tokens");
+        if (!tokens || !tokens->is_array())
+            throw HttpException{invalid("tokens", "'tokens' must be an array of token ids")};
+        std::vector<Token> ids;
+        for (const auto& t : *tokens) {
+            if (!t.is_number_integer() || t.get<long long>() < 0 ||
+                t.get<long long>() >= limits.vocab_size)
+                throw HttpException{invalid("tokens", "not a token id of this model")};
+            ids.push_back(t.get<Token>());
+        }
+        auto text = model.tokenizer().decode(ids);
+        if (!text) throw HttpException{http_error(text.error(), "tokens")};
+        res.set_content(dump(json{{"content", *text}}), "application/json");
+    });
+    http.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
+        generate(req, res, false);
+    });
+    http.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
+        generate(req, res, true);
+    });
+}
+
+}  // namespace detail
+}  // namespace llamapp

@@ -1,0 +1,60 @@
+// Internal: what the server's handlers share.
+#pragma once
+
+#include <httplib.h>
+
+#include <atomic>
+#include <mutex>
+#include <optional>
+
+#include "llamapp/chat.hpp"
+#include "llamapp/server.hpp"
+#include "server/http_error.hpp"
+#include "server/openai_request.hpp"
+
+namespace llamapp::detail {
+
+struct ServerState {
+    ServerState(const Model& m, Engine& e, std::shared_ptr<KvStore> s, ServerOptions o)
+        : model(m), engine(e), store(std::move(s)), options(std::move(o)) {}
+
+    const Model& model;
+    Engine& engine;
+    std::shared_ptr<KvStore> store;
+    ServerOptions options;
+    std::optional<ChatTemplate> chat_template;  // empty: chat answers 400
+    std::string chat_template_error;
+    std::string model_id;
+    RequestLimits limits;
+    int max_prompt_tokens = 0;
+    httplib::Server http;
+    std::atomic<bool> draining{false};
+    std::atomic<int> in_flight{0};
+    std::atomic<std::uint64_t> next_id{0};
+    int port = 0;
+    std::once_flag drained;
+
+    void register_routes();
+    void generate(const httplib::Request& req, httplib::Response& res, bool chat);
+    void send_error(httplib::Response& res, const HttpError& error) const;
+    bool authorized(const httplib::Request& req) const;
+    void access_log(const httplib::Request& req, const httplib::Response& res) const;
+};
+
+// Keeps the in-flight count for drain(); a streamed response holds it until its last event.
+class InFlight {
+  public:
+    explicit InFlight(ServerState& s) : s_(&s) { s_->in_flight.fetch_add(1); }
+    InFlight(InFlight&& o) noexcept : s_(std::exchange(o.s_, nullptr)) {}
+    InFlight(const InFlight&) = delete;
+    InFlight& operator=(const InFlight&) = delete;
+    InFlight& operator=(InFlight&&) = delete;
+    ~InFlight() {
+        if (s_) s_->in_flight.fetch_sub(1);
+    }
+
+  private:
+    ServerState* s_;
+};
+
+}  // namespace llamapp::detail

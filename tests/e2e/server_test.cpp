@@ -1,0 +1,405 @@
+// Drives the real `llamapp serve` binary over HTTP: response shapes, SSE framing, a matrix of
+// bad requests, authentication, queue bounds, disconnects, drain and a restart with the KV store.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <thread>
+
+#include "support/paths.hpp"
+#include "support/server_process.hpp"
+#include "support/temp_dir.hpp"
+
+namespace {
+
+using json = nlohmann::json;
+using llamapp::test::ServerProcess;
+
+const std::string qwen = llamapp::test::generated_model("qwen3-tiny.gguf").string();
+const std::string stories = llamapp::test::shared_model("stories260K.gguf").string();
+
+json chat_body(int max_tokens = 8) {
+    return {{"messages", {{{"role", "user"}, {"content", "Hello there"}}}},
+            {"max_tokens", max_tokens},
+            {"temperature", 0}};
+}
+
+void expect_error_shape(const httplib::Result& r, int status, const std::string& what) {
+    ASSERT_TRUE(r) << what << ": no response";
+    EXPECT_EQ(r->status, status) << what << ": " << r->body;
+    auto j = json::parse(r->body, nullptr, false);
+    ASSERT_TRUE(j.is_object() && j.contains("error")) << what << ": " << r->body;
+    const json& e = j["error"];
+    EXPECT_TRUE(e["message"].is_string() && !e["message"].get<std::string>().empty()) << what;
+    EXPECT_TRUE(e["type"].is_string()) << what;
+    EXPECT_TRUE(e.contains("param") && e.contains("code")) << what;
+}
+
+// Events of an SSE body: each "data: ..." block.
+std::vector<std::string> sse_events(const std::string& body) {
+    std::vector<std::string> out;
+    std::size_t at = 0;
+    while (at < body.size()) {
+        const auto end = body.find("\n\n", at);
+        EXPECT_NE(end, std::string::npos) << "unterminated event: " << body.substr(at);
+        if (end == std::string::npos) break;
+        out.push_back(body.substr(at, end - at));
+        at = end + 2;
+    }
+    return out;
+}
+
+class Server : public ::testing::Test {
+  protected:
+    static void SetUpTestSuite() {
+        server_ = new ServerProcess({"-m", qwen, "-c", "2048", "-t", "2", "--parallel", "2",
+                                     "--max-body-bytes", "65536", "--max-prompt-tokens", "256",
+                                     "--max-stop", "4"});
+    }
+    static void TearDownTestSuite() {
+        delete server_;
+        server_ = nullptr;
+    }
+    static ServerProcess* server_;
+};
+ServerProcess* Server::server_ = nullptr;
+
+TEST_F(Server, HealthModelsAndMetrics) {
+    auto c = server_->client();
+    auto health = c.Get("/health");
+    ASSERT_TRUE(health);
+    EXPECT_EQ(health->status, 200);
+    EXPECT_EQ(c.Get("/health/live")->status, 200);
+    EXPECT_EQ(c.Get("/health/ready")->status, 200);
+    auto models = c.Get("/v1/models");
+    ASSERT_TRUE(models);
+    auto m = json::parse(models->body);
+    EXPECT_EQ(m["object"], "list");
+    EXPECT_EQ(m["data"][0]["id"], "qwen3-tiny");
+    auto metrics = c.Get("/metrics");
+    ASSERT_TRUE(metrics);
+    for (const char* family : {"llamapp_requests_total", "llamapp_time_to_first_token_seconds",
+                               "llamapp_kvstore_entries"}) {
+        EXPECT_NE(metrics->body.find(family), std::string::npos) << family;
+    }
+}
+
+TEST_F(Server, ChatCompletionShape) {
+    auto r = server_->client().Post("/v1/chat/completions", chat_body().dump(), "application/json");
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    auto j = json::parse(r->body);
+    EXPECT_EQ(j["object"], "chat.completion");
+    EXPECT_EQ(j["model"], "qwen3-tiny");
+    EXPECT_EQ(j["choices"][0]["message"]["role"], "assistant");
+    EXPECT_TRUE(j["choices"][0]["message"]["content"].is_string());
+    EXPECT_EQ(j["choices"][0]["finish_reason"], "length");
+    EXPECT_EQ(j["usage"]["completion_tokens"], 8);
+    EXPECT_EQ(j["usage"]["total_tokens"],
+              j["usage"]["prompt_tokens"].get<int>() + j["usage"]["completion_tokens"].get<int>());
+}
+
+TEST_F(Server, CompletionFromTokenIdsWithLogprobs) {
+    json body = {{"prompt", {1, 2, 3, 4}}, {"max_tokens", 3}, {"logprobs", 2}};
+    auto r = server_->client().Post("/v1/completions", body.dump(), "application/json");
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    auto j = json::parse(r->body);
+    EXPECT_EQ(j["object"], "text_completion");
+    EXPECT_EQ(j["usage"]["prompt_tokens"], 4);
+    EXPECT_EQ(j["choices"][0]["logprobs"]["tokens"].size(), 3u);
+    EXPECT_EQ(j["choices"][0]["logprobs"]["top_logprobs"][0].size(), 2u);
+}
+
+TEST_F(Server, StreamedChatIsWellFramedServerSentEvents) {
+    json body = chat_body(5);
+    body["stream"] = true;
+    body["stream_options"] = {{"include_usage", true}};
+    auto r = server_->client().Post("/v1/chat/completions", body.dump(), "application/json");
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200);
+    EXPECT_NE(r->get_header_value("Content-Type").find("text/event-stream"), std::string::npos);
+    auto events = sse_events(r->body);
+    ASSERT_GE(events.size(), 4u);
+    EXPECT_EQ(events.back(), "data: [DONE]");
+    std::string text;
+    int finishes = 0;
+    for (std::size_t i = 0; i + 1 < events.size(); ++i) {
+        ASSERT_EQ(events[i].rfind("data: ", 0), 0u) << events[i];
+        auto j = json::parse(events[i].substr(6));
+        EXPECT_EQ(j["object"], "chat.completion.chunk");
+        EXPECT_EQ(j["id"], json::parse(events[0].substr(6))["id"]);
+        if (i == 0) {
+            EXPECT_EQ(j["choices"][0]["delta"]["role"], "assistant");
+        }
+        if (j["choices"].empty()) {
+            EXPECT_EQ(i + 2, events.size()) << "usage comes last";
+            EXPECT_EQ(j["usage"]["completion_tokens"], 5);
+            continue;
+        }
+        const auto& choice = j["choices"][0];
+        if (!choice["finish_reason"].is_null()) ++finishes;
+        if (choice["delta"].contains("content")) text += choice["delta"]["content"];
+    }
+    EXPECT_EQ(finishes, 1);
+}
+
+TEST_F(Server, BadRequestsGetTypedErrorsAndTheServerKeepsServing) {
+    struct Case {
+        std::string path;
+        std::string body;
+        int status;
+    };
+    auto chat = [](json patch) {
+        json b = chat_body();
+        for (auto& [k, v] : patch.items()) b[k] = v;
+        return b.dump();
+    };
+    auto with_messages = [](json messages) {
+        return json{{"messages", messages}, {"max_tokens", 4}}.dump();
+    };
+    const std::string cc = "/v1/chat/completions", co = "/v1/completions";
+    std::vector<Case> cases = {
+        {cc, "{", 400},
+        {cc, "[]", 400},
+        {cc, "null", 400},
+        {cc, "", 400},
+        {cc, R"({"max_tokens": 4})", 400},
+        {cc, with_messages("hi"), 400},
+        {cc, with_messages(json::array()), 400},
+        {cc, with_messages({"hi"}), 400},
+        {cc, with_messages({{{"content", "x"}}}), 400},
+        {cc, with_messages({{{"role", "wizard"}, {"content", "x"}}}), 400},
+        {cc, with_messages({{{"role", 5}, {"content", "x"}}}), 400},
+        {cc, with_messages({{{"role", "user"}, {"content", 5}}}), 400},
+        {cc, with_messages({{{"role", "user"}, {"content", {{{"type", "image_url"}}}}}}), 400},
+        {cc, with_messages({{{"role", "user"}, {"content", {"text"}}}}), 400},
+        {cc, with_messages({{{"role", "user"}}}), 400},
+        {cc, chat({{"max_tokens", -1}}), 400},
+        {cc, chat({{"max_tokens", 0}}), 400},
+        {cc, chat({{"max_tokens", 1000000000000LL}}), 400},
+        {cc, chat({{"max_tokens", "10"}}), 400},
+        {cc, chat({{"max_tokens", 1.5}}), 400},
+        {cc, chat({{"temperature", -1}}), 400},
+        {cc, chat({{"temperature", 3}}), 400},
+        {cc, chat({{"temperature", "hot"}}), 400},
+        {cc, chat({{"top_p", 1.5}}), 400},
+        {cc, chat({{"presence_penalty", 5}}), 400},
+        {cc, chat({{"frequency_penalty", "x"}}), 400},
+        {cc, chat({{"seed", "abc"}}), 400},
+        {cc, chat({{"seed", 1.5}}), 400},
+        {cc, chat({{"n", 2}}), 400},
+        {cc, chat({{"stop", 5}}), 400},
+        {cc, chat({{"stop", {"a", "b", "c", "d", "e"}}}), 400},
+        {cc, chat({{"stop", {""}}}), 400},
+        {cc, chat({{"stop", {1}}}), 400},
+        {cc, chat({{"logit_bias", {1, 2}}}), 400},
+        {cc, chat({{"logit_bias", {{"abc", 1}}}}), 400},
+        {cc, chat({{"logit_bias", {{"999999999", 1}}}}), 400},
+        {cc, chat({{"logit_bias", {{"5", 1000}}}}), 400},
+        {cc, chat({{"logprobs", "yes"}}), 400},
+        {cc, chat({{"logprobs", true}, {"top_logprobs", 50}}), 400},
+        {cc, chat({{"top_logprobs", 2}}), 400},
+        {cc, chat({{"response_format", "json"}}), 400},
+        {cc, chat({{"response_format", {{"type", "xml"}}}}), 400},
+        {cc,
+         chat({{"response_format", {{"type", "json_schema"}, {"json_schema", {{"name", "x"}}}}}}),
+         400},
+        {cc, chat({{"grammar", "root ::= ("}}), 400},
+        {cc, chat({{"stream", "yes"}}), 400},
+        {cc, chat({{"stream_options", 5}}), 400},
+        {cc, chat({{"model", "gpt-4"}}), 404},
+        {cc, chat({{"tools", {{{"type", "function"}}}}}), 400},
+        {cc, chat({{"session", 5}}), 400},
+        {cc, chat({{"cache_prompt", "no"}}), 400},
+        {cc, std::string(70000, ' '), 413},
+        {cc, with_messages({{{"role", "user"}, {"content", std::string(3000, 'x')}}}), 413},
+        {co, R"({"max_tokens": 4})", 400},
+        {co, R"({"prompt": {}})", 400},
+        {co, R"({"prompt": [-1]})", 400},
+        {co, R"({"prompt": [999999999]})", 400},
+        {co, R"({"prompt": ""})", 400},
+        {co, R"({"prompt": "hi", "logprobs": 10})", 400},
+        {co, R"({"prompt": ["a", "b"]})", 400},
+        {"/tokenize", R"({"content": 5})", 400},
+        {"/detokenize", R"({"tokens": [-5]})", 400},
+        {"/v1/nope", "{}", 404},
+    };
+    ASSERT_GE(cases.size(), 40u);
+    auto c = server_->client();
+    for (const auto& k : cases) {
+        auto r = c.Post(k.path, k.body, "application/json");
+        expect_error_shape(r, k.status, k.path + " " + k.body.substr(0, 120));
+    }
+    auto get = c.Get("/v1/nothing-here");
+    expect_error_shape(get, 404, "GET unknown route");
+    // Still serving.
+    auto ok = c.Post("/v1/chat/completions", chat_body(2).dump(), "application/json");
+    ASSERT_TRUE(ok);
+    EXPECT_EQ(ok->status, 200) << ok->body;
+}
+
+// Sends a streaming request on a raw socket, reads until the first event, and hangs up.
+bool stream_then_hang_up(int port, const std::string& body) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<std::uint16_t>(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) return false;
+    const std::string request =
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+        "Content-Type: application/json\r\nContent-Length: " +
+        std::to_string(body.size()) + "\r\n\r\n" + body;
+    if (::write(fd, request.data(), request.size()) != static_cast<ssize_t>(request.size()))
+        return false;
+    std::string got;
+    char buf[1024];
+    while (got.find("data: ") == std::string::npos) {
+        const ssize_t n = ::read(fd, buf, sizeof buf);
+        if (n <= 0) break;
+        got.append(buf, static_cast<std::size_t>(n));
+    }
+    ::close(fd);
+    return got.find("data: ") != std::string::npos;
+}
+
+double metric(const std::string& text, const std::string& series) {
+    const auto at = text.find(series + " ");
+    return at == std::string::npos ? 0 : std::stod(text.substr(at + series.size() + 1));
+}
+
+TEST_F(Server, ClientThatDisconnectsFreesItsSlot) {
+    auto c = server_->client();
+    const std::string cancelled = "llamapp_requests_total{outcome=\"cancelled\"}";
+    const double before = metric(c.Get("/metrics")->body, cancelled);
+    json body = chat_body(2000);
+    body["stream"] = true;
+    for (int i = 0; i < 2; ++i) ASSERT_TRUE(stream_then_hang_up(server_->port(), body.dump()));
+    bool idle = false;
+    for (int i = 0; i < 200 && !idle; ++i) {
+        idle = json::parse(c.Get("/health")->body)["busy_slots"] == 0 &&
+               metric(c.Get("/metrics")->body, cancelled) == before + 2;
+        if (!idle) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    EXPECT_TRUE(idle) << "the slots were not freed after the clients left";
+}
+
+TEST(ServerAuth, ApiKeyGuardsEverythingButHealth) {
+    ServerProcess server({"-m", qwen, "-c", "512", "-t", "2", "--api-key", "s3cret"});
+    auto c = server.client();
+    expect_error_shape(c.Post("/v1/chat/completions", chat_body(2).dump(), "application/json"), 401,
+                       "no key");
+    expect_error_shape(c.Get("/metrics"), 401, "metrics without a key");
+    expect_error_shape(c.Get("/v1/models", httplib::Headers{{"Authorization", "Bearer wrong"}}),
+                       401, "wrong key");
+    expect_error_shape(c.Get("/v1/models", httplib::Headers{{"Authorization", "s3cret"}}), 401,
+                       "not bearer");
+    EXPECT_EQ(c.Get("/health")->status, 200);
+    c.set_bearer_token_auth("s3cret");
+    EXPECT_EQ(c.Get("/v1/models")->status, 200);
+    EXPECT_EQ(c.Get("/metrics")->status, 200);
+    auto r = c.Post("/v1/chat/completions", chat_body(2).dump(), "application/json");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200) << r->body;
+}
+
+TEST(ServerLoad, QueueFullIs429WithRetryAfter) {
+    ServerProcess server(
+        {"-m", qwen, "-c", "4096", "-t", "2", "--parallel", "1", "--max-queue", "1"});
+    std::atomic<int> ok{0}, limited{0}, other{0};
+    std::atomic<bool> retry_after{true};
+    std::vector<std::thread> clients;
+    for (int i = 0; i < 6; ++i) {
+        clients.emplace_back([&] {
+            auto c = server.client();
+            auto r = c.Post("/v1/chat/completions", chat_body(300).dump(), "application/json");
+            if (r && r->status == 200) {
+                ++ok;
+            } else if (r && r->status == 429) {
+                ++limited;
+                if (r->get_header_value("Retry-After").empty()) retry_after = false;
+                auto j = json::parse(r->body);
+                if (j["error"]["type"] != "rate_limit_error") ++other;
+            } else {
+                ++other;
+            }
+        });
+    }
+    for (auto& t : clients) t.join();
+    EXPECT_GE(ok.load(), 1);
+    EXPECT_GE(limited.load(), 1);
+    EXPECT_TRUE(retry_after.load());
+    EXPECT_EQ(other.load(), 0);
+}
+
+TEST(ServerLifecycle, SigtermDrainsInFlightRequests) {
+    ServerProcess server({"-m", qwen, "-c", "2048", "-t", "2"});
+    std::atomic<int> status{0};
+    json reply;
+    std::thread client([&] {
+        auto c = server.client();
+        auto r = c.Post("/v1/chat/completions", chat_body(200).dump(), "application/json");
+        if (r) {
+            status = r->status;
+            reply = json::parse(r->body, nullptr, false);
+        }
+    });
+    auto c = server.client();
+    for (int i = 0; i < 200; ++i) {
+        auto h = c.Get("/health");
+        if (h && json::parse(h->body)["busy_slots"] == 1) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    server.signal(SIGTERM);
+    client.join();
+    EXPECT_EQ(status.load(), 200);
+    EXPECT_EQ(reply["usage"]["completion_tokens"], 200) << reply.dump();
+    EXPECT_EQ(server.wait_exit(std::chrono::seconds(30)), 0) << server.log();
+}
+
+TEST(ServerLifecycle, RestartServesThePromptFromTheDiskCache) {
+    llamapp::test::TempDir dir;
+    const std::vector<std::string> args = {"-m",
+                                           stories,
+                                           "-c",
+                                           "1024",
+                                           "-t",
+                                           "2",
+                                           "--cache-disk",
+                                           dir.path().string(),
+                                           "--cache-ram",
+                                           "0",
+                                           "--cache-min-tokens",
+                                           "16"};
+    json body = {{"prompt",
+                  "Once upon a time, there was a little girl named Lily. She loved to play "
+                  "outside in the park with her friends."},
+                 {"max_tokens", 16},
+                 {"temperature", 0}};
+    json first, second;
+    {
+        ServerProcess server(args);
+        auto r = server.client().Post("/v1/completions", body.dump(), "application/json");
+        ASSERT_TRUE(r);
+        first = json::parse(r->body);
+        server.signal(SIGTERM);
+        ASSERT_EQ(server.wait_exit(std::chrono::seconds(30)), 0) << server.log();
+    }
+    ServerProcess server(args);
+    auto r = server.client().Post("/v1/completions", body.dump(), "application/json");
+    ASSERT_TRUE(r);
+    second = json::parse(r->body);
+    EXPECT_EQ(first["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+    EXPECT_EQ(second["usage"]["prompt_tokens_details"]["cached_tokens"],
+              first["usage"]["prompt_tokens"].get<int>() - 1);
+    EXPECT_EQ(second["choices"][0]["text"], first["choices"][0]["text"]);
+}
+
+}  // namespace

@@ -1,0 +1,114 @@
+// Starts the real `llamapp serve` binary on a free loopback port and stops it with SIGTERM.
+#pragma once
+
+#include <httplib.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "support/paths.hpp"
+
+namespace llamapp::test {
+
+class ServerProcess {
+  public:
+    explicit ServerProcess(std::vector<std::string> args) {
+        int err[2];
+        if (::pipe(err) != 0) throw std::runtime_error("pipe");
+        std::vector<std::string> argv = {binary("llamapp").string(), "serve", "--port", "0"};
+        argv.insert(argv.end(), args.begin(), args.end());
+        pid_ = ::fork();
+        if (pid_ == 0) {
+            ::dup2(err[1], 2);
+            ::close(err[0]);
+            ::close(err[1]);
+            std::vector<char*> raw;
+            for (auto& a : argv) raw.push_back(a.data());
+            raw.push_back(nullptr);
+            ::execv(raw[0], raw.data());
+            ::_exit(127);
+        }
+        ::close(err[1]);
+        err_ = err[0];
+        // The listening line names the port.
+        const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+        while (port_ == 0 && std::chrono::steady_clock::now() < until) {
+            if (!read_some(200)) {
+                if (exited()) break;
+                continue;
+            }
+            const auto at = log_.find("http://127.0.0.1:");
+            if (at != std::string::npos) port_ = std::stoi(log_.substr(at + 17));
+        }
+        if (port_ == 0) throw std::runtime_error("the server did not start:\n" + log_);
+    }
+    ServerProcess(const ServerProcess&) = delete;
+    ServerProcess& operator=(const ServerProcess&) = delete;
+    ~ServerProcess() {
+        if (!reaped_) {
+            ::kill(pid_, SIGKILL);
+            wait_exit(std::chrono::seconds(10));
+        }
+        ::close(err_);
+    }
+
+    int port() const { return port_; }
+    httplib::Client client(std::chrono::seconds timeout = std::chrono::seconds(60)) const {
+        httplib::Client c("127.0.0.1", port_);
+        c.set_read_timeout(timeout);
+        c.set_connection_timeout(std::chrono::seconds(5));
+        return c;
+    }
+    void signal(int sig) { ::kill(pid_, sig); }
+    // Exit status, or -1 if it did not exit in time.
+    int wait_exit(std::chrono::seconds timeout) {
+        const auto until = std::chrono::steady_clock::now() + timeout;
+        while (std::chrono::steady_clock::now() < until) {
+            int status = 0;
+            if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+                reaped_ = true;
+                return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+            }
+            read_some(50);
+        }
+        return -1;
+    }
+    const std::string& log() {
+        while (read_some(0)) {
+        }
+        return log_;
+    }
+
+  private:
+    bool read_some(int timeout_ms) {
+        pollfd p{err_, POLLIN, 0};
+        if (::poll(&p, 1, timeout_ms) <= 0) return false;
+        char buf[4096];
+        const ssize_t n = ::read(err_, buf, sizeof buf);
+        if (n <= 0) return false;
+        log_.append(buf, static_cast<std::size_t>(n));
+        return true;
+    }
+    bool exited() {
+        int status = 0;
+        if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+            reaped_ = true;
+            return true;
+        }
+        return false;
+    }
+
+    pid_t pid_ = -1;
+    int err_ = -1;
+    int port_ = 0;
+    bool reaped_ = false;
+    std::string log_;
+};
+
+}  // namespace llamapp::test
