@@ -32,6 +32,7 @@ struct ServeFlags {
 
 Runner add_serve(CLI::App& app) {
     auto flags = std::make_shared<ServeFlags>();
+    flags->common.log_level = "info";  // a server logs one line per request
     CLI::App* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server");
     add_common(*cmd, flags->common);
     add_context(*cmd, flags->context);
@@ -55,6 +56,9 @@ Runner add_serve(CLI::App& app) {
     cmd->add_option("--max-prompt-tokens", s.max_prompt_tokens, "0 = the context size");
     cmd->add_option("--max-tokens", s.max_tokens, "largest max_tokens (0 = the context size)");
     cmd->add_option("--max-stop", s.max_stop_strings, "most stop strings per request")
+        ->capture_default_str();
+    cmd->add_option("--max-embedding-inputs", s.max_embedding_inputs,
+                    "most inputs per embeddings request")
         ->capture_default_str();
     cmd->add_option("--timeout", flags->timeout_s, "per-request deadline in seconds")
         ->capture_default_str();

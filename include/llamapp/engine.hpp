@@ -105,6 +105,7 @@ struct EngineStats {
     int busy_slots = 0;
     std::size_t queued_requests = 0;
     std::size_t queued_tokens = 0;
+    std::size_t max_queued_requests = 0;  // the queue bound
     std::int64_t kv_tokens = 0;  // tokens held over all sequences (shared cells count per seq)
     int n_ctx = 0;
 };

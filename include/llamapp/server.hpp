@@ -26,6 +26,7 @@ struct ServerOptions {
     int max_prompt_tokens = 0;  // 0 = the context size
     int max_tokens = 0;         // largest max_tokens a request may ask for; 0 = the context size
     int max_stop_strings = 16;
+    int max_embedding_inputs = 256;
     std::chrono::milliseconds request_timeout{10 * 60 * 1000};  // total deadline per request
     std::chrono::milliseconds drain_grace{30 * 1000};
     int http_threads = 0;  // 0 = enough for every slot and queued request to stream at once

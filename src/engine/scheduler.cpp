@@ -98,6 +98,7 @@ EngineStats Scheduler::stats() const {
     s.busy_slots = busy_slots_.load(std::memory_order_relaxed);
     s.kv_tokens = kv_tokens_.load(std::memory_order_relaxed);
     s.n_ctx = n_ctx_seq_;
+    s.max_queued_requests = options_.max_queued_requests;
     std::lock_guard lock(inbox_->mutex);
     s.queued_requests = inbox_->queued_requests;
     s.queued_tokens = inbox_->queued_tokens;

@@ -4,6 +4,7 @@
 
 #include <chrono>
 
+#include "core/log_internal.hpp"
 #include "server/server_state.hpp"
 
 namespace llamapp::detail {
@@ -92,6 +93,15 @@ struct Reply {
     }
 };
 
+// One structured line per finished generation (the HTTP line comes from the access logger).
+void log_request(const std::string& id, const Generation& g) {
+    log(LogLevel::info,
+        "request id={} finish={} prompt_tokens={} cached_tokens={} completion_tokens={} "
+        "ttft_ms={:.1f} total_ms={:.1f}",
+        id, to_string(g.finish_reason), g.usage.prompt_tokens, g.usage.cached_tokens,
+        g.usage.completion_tokens, g.timings.ttft_ms, g.timings.total_ms);
+}
+
 std::string sse(const json& data) {
     return "data: " + dump(data) + "\n\n";
 }
@@ -134,6 +144,7 @@ void ServerState::generate(const httplib::Request& req, httplib::Response& res, 
     reply.id = fmt::format("{}-{}", chat ? "chatcmpl" : "cmpl", next_id.fetch_add(1) + 1);
     reply.model = model_id;
     reply.created = unix_now();
+    res.set_header("X-Request-Id", reply.id);
 
     if (!g.stream) {
         InFlight counted(*this);
@@ -150,6 +161,7 @@ void ServerState::generate(const httplib::Request& req, httplib::Response& res, 
             if (event.final) done = std::move(event.completion);
         }
         const Generation& gen = done->generation;
+        log_request(reply.id, gen);
         if (gen.error) throw HttpException{http_error(*gen.error)};
         json out = reply.envelope(chat ? "chat.completion" : "text_completion");
         json choice = {{"index", 0}, {"finish_reason", finish_name(gen.finish_reason)}};
@@ -218,6 +230,7 @@ void ServerState::generate(const httplib::Request& req, httplib::Response& res, 
             }
         } else {
             const Generation& gen = event.completion->generation;
+            log_request(s.reply.id, gen);
             if (gen.error) {
                 out += sse(http_error(*gen.error).body());
             } else {

@@ -144,7 +144,9 @@ bool ServerState::authorized(const httplib::Request& req) const {
 }
 
 void ServerState::access_log(const httplib::Request& req, const httplib::Response& res) const {
-    log(LogLevel::info, "http {} {} {} {}B", req.method, req.path, res.status, res.body.size());
+    const std::string id = res.get_header_value("X-Request-Id");
+    log(LogLevel::info, "http method={} path={} status={} bytes={}{}{}", req.method, req.path,
+        res.status, res.body.size(), id.empty() ? "" : " id=", id);
 }
 
 void ServerState::register_routes() {
@@ -206,7 +208,7 @@ void ServerState::register_routes() {
 
     auto health = [this](const httplib::Request&, httplib::Response& res) {
         const EngineStats st = engine.stats();
-        const bool ready = !draining && st.queued_requests < 64;
+        const bool ready = !draining && st.queued_requests < st.max_queued_requests;
         json body = {{"status", ready ? "ok" : (draining ? "draining" : "busy")},
                      {"slots", st.slots},
                      {"busy_slots", st.busy_slots},
@@ -266,6 +268,9 @@ void ServerState::register_routes() {
         auto text = model.tokenizer().decode(ids);
         if (!text) throw HttpException{http_error(text.error(), "tokens")};
         res.set_content(dump(json{{"content", *text}}), "application/json");
+    });
+    http.Post("/v1/embeddings", [this](const httplib::Request& req, httplib::Response& res) {
+        embeddings(req, res);
     });
     http.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
         generate(req, res, false);

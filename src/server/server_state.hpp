@@ -33,9 +33,12 @@ struct ServerState {
     std::atomic<std::uint64_t> next_id{0};
     int port = 0;
     std::once_flag drained;
+    std::mutex embed_mutex;                // one embedding request at a time
+    std::optional<Context> embed_context;  // created on the first /v1/embeddings
 
     void register_routes();
     void generate(const httplib::Request& req, httplib::Response& res, bool chat);
+    void embeddings(const httplib::Request& req, httplib::Response& res);
     void send_error(httplib::Response& res, const HttpError& error) const;
     bool authorized(const httplib::Request& req) const;
     void access_log(const httplib::Request& req, const httplib::Response& res) const;

@@ -10,6 +10,8 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cmath>
+#include <cstring>
 #include <thread>
 
 #include "support/paths.hpp"
@@ -115,6 +117,54 @@ TEST_F(Server, CompletionFromTokenIdsWithLogprobs) {
     EXPECT_EQ(j["usage"]["prompt_tokens"], 4);
     EXPECT_EQ(j["choices"][0]["logprobs"]["tokens"].size(), 3u);
     EXPECT_EQ(j["choices"][0]["logprobs"]["top_logprobs"][0].size(), 2u);
+}
+
+std::vector<float> from_base64(const std::string& s) {
+    auto value = [](char c) -> int {
+        if (c >= 'A' && c <= 'Z') return c - 'A';
+        if (c >= 'a' && c <= 'z') return c - 'a' + 26;
+        if (c >= '0' && c <= '9') return c - '0' + 52;
+        return c == '+' ? 62 : 63;
+    };
+    std::string bytes;
+    for (std::size_t i = 0; i + 3 < s.size(); i += 4) {
+        const int v = value(s[i]) << 18 | value(s[i + 1]) << 12 |
+                      (s[i + 2] == '=' ? 0 : value(s[i + 2]) << 6) |
+                      (s[i + 3] == '=' ? 0 : value(s[i + 3]));
+        bytes += static_cast<char>(v >> 16 & 255);
+        if (s[i + 2] != '=') bytes += static_cast<char>(v >> 8 & 255);
+        if (s[i + 3] != '=') bytes += static_cast<char>(v & 255);
+    }
+    std::vector<float> out(bytes.size() / 4);
+    std::memcpy(out.data(), bytes.data(), out.size() * 4);
+    return out;
+}
+
+TEST_F(Server, EmbeddingsAsFloatsAndBase64WithDimensions) {
+    auto c = server_->client();
+    auto post = [&](json body) {
+        auto r = c.Post("/v1/embeddings", body.dump(), "application/json");
+        EXPECT_TRUE(r && r->status == 200) << (r ? r->body : "no response");
+        return json::parse(r->body);
+    };
+    auto floats = post({{"input", {"hello", "world"}}});
+    ASSERT_EQ(floats["data"].size(), 2u);
+    EXPECT_EQ(floats["data"][1]["index"], 1);
+    const auto full = floats["data"][0]["embedding"].get<std::vector<float>>();
+    auto b64 = post({{"input", "hello"}, {"encoding_format", "base64"}});
+    EXPECT_EQ(from_base64(b64["data"][0]["embedding"].get<std::string>()), full);
+    auto cut = post({{"input", "hello"}, {"dimensions", 8}});
+    const auto v = cut["data"][0]["embedding"].get<std::vector<float>>();
+    ASSERT_EQ(v.size(), 8u);
+    double norm = 0, dot = 0, head = 0;
+    for (std::size_t i = 0; i < 8; ++i) {
+        norm += v[i] * v[i];
+        head += full[i] * full[i];
+        dot += v[i] * full[i];
+    }
+    EXPECT_NEAR(norm, 1.0, 1e-4);
+    EXPECT_NEAR(dot / std::sqrt(head), 1.0, 1e-4);  // same direction as the truncated full vector
+    EXPECT_GT(floats["usage"]["prompt_tokens"].get<int>(), 0);
 }
 
 TEST_F(Server, StreamedChatIsWellFramedServerSentEvents) {
@@ -227,6 +277,14 @@ TEST_F(Server, BadRequestsGetTypedErrorsAndTheServerKeepsServing) {
         {co, R"({"prompt": ""})", 400},
         {co, R"({"prompt": "hi", "logprobs": 10})", 400},
         {co, R"({"prompt": ["a", "b"]})", 400},
+        {"/v1/embeddings", R"({})", 400},
+        {"/v1/embeddings", R"({"input": 5})", 400},
+        {"/v1/embeddings", R"({"input": []})", 400},
+        {"/v1/embeddings", R"({"input": [""]})", 400},
+        {"/v1/embeddings", R"({"input": "x", "encoding_format": "hex"})", 400},
+        {"/v1/embeddings", R"({"input": "x", "dimensions": 0})", 400},
+        {"/v1/embeddings", R"({"input": "x", "dimensions": 100000})", 400},
+        {"/v1/embeddings", R"({"input": "x", "model": "other"})", 404},
         {"/tokenize", R"({"content": 5})", 400},
         {"/detokenize", R"({"tokens": [-5]})", 400},
         {"/v1/nope", "{}", 404},
