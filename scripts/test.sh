@@ -25,6 +25,12 @@ if [ -n "$sanitize" ]; then
   export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1}
 fi
 "$root/scripts/setup.sh"
+# The official OpenAI Node SDK for the server's end-to-end tests, pinned by its lock file.
+sdk="$root/tests/e2e/openai_sdk"
+if ! cmp -s "$sdk/package-lock.json" "$sdk/node_modules/.installed-from-lock" 2>/dev/null; then
+  npm ci --prefix "$sdk" --no-audit --no-fund --loglevel=error >&2
+  cp "$sdk/package-lock.json" "$sdk/node_modules/.installed-from-lock"
+fi
 build=${LLAMAPP_BUILD_DIR:-$root/build}
 cd "$build"
 # One test at a time: every test decodes with all cores, and ggml's thread pool spins at its
