@@ -397,6 +397,45 @@ TEST(ServerLoad, QueueFullIs429WithRetryAfter) {
     EXPECT_EQ(other.load(), 0);
 }
 
+TEST(ServerLoad, SixtyFourStreamingClientsWithRandomHangUps) {
+    ServerProcess server(
+        {"-m", qwen, "-c", "4096", "-t", "2", "--parallel", "4", "--max-queue", "64"});
+    std::atomic<int> complete{0}, hung_up{0}, bad{0};
+    std::vector<std::thread> clients;
+    for (int i = 0; i < 64; ++i) {
+        clients.emplace_back([&, i] {
+            json body = chat_body(5 + (i * 7) % 36);
+            body["stream"] = true;
+            if (i % 3 == 0) {
+                if (stream_then_hang_up(server.port(), body.dump()))
+                    ++hung_up;
+                else
+                    ++bad;
+                return;
+            }
+            auto r = server.client().Post("/v1/chat/completions", body.dump(), "application/json");
+            if (r && r->status == 200 && r->body.ends_with("data: [DONE]\n\n"))
+                ++complete;
+            else
+                ++bad;
+        });
+    }
+    for (auto& t : clients) t.join();
+    EXPECT_EQ(bad.load(), 0);
+    EXPECT_EQ(complete.load() + hung_up.load(), 64);
+    auto c = server.client();
+    bool idle = false;
+    for (int i = 0; i < 200 && !idle; ++i) {
+        auto h = json::parse(c.Get("/health")->body);
+        idle = h["busy_slots"] == 0 && h["queued_requests"] == 0;
+        if (!idle) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    EXPECT_TRUE(idle);
+    auto after = c.Post("/v1/chat/completions", chat_body(3).dump(), "application/json");
+    ASSERT_TRUE(after);
+    EXPECT_EQ(after->status, 200);
+}
+
 TEST(ServerLifecycle, SigtermDrainsInFlightRequests) {
     ServerProcess server({"-m", qwen, "-c", "2048", "-t", "2"});
     std::atomic<int> status{0};
