@@ -152,6 +152,8 @@ void parse_common(const json& body, const RequestLimits& limits, GenerationReque
     }
     if (const json* v = optional_field(body, "session"))
         out.engine.session = string_field(*v, "session");
+    if (const json* v = optional_field(body, "ignore_eos"))
+        o.ignore_eos = boolean(*v, "ignore_eos");
     if (const json* v = optional_field(body, "cache_prompt"))
         o.reuse_prefix = boolean(*v, "cache_prompt");
     if (const json* v = optional_field(body, "tools"); v && !(v->is_array() && v->empty()))

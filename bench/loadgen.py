@@ -1,0 +1,108 @@
+#!/usr/bin/env python3
+"""One load generator for any OpenAI-compatible server (llamapp serve, llama-server).
+
+N clients each send streaming /v1/completions requests back to back, every prompt distinct.
+Reports aggregate generated tokens/s over the whole run and TTFT percentiles (request sent ->
+first streamed token). Prints one JSON line.
+"""
+import argparse
+import http.client
+import json
+import random
+import threading
+import time
+
+WORDS = ("time river mountain light garden story window music paper winter city friend ocean "
+         "forest morning silver letter journey bridge market shadow voice dream stone field "
+         "history engine number circle evening island kitchen teacher village machine").split()
+
+
+def prompt(rng, words):
+    return " ".join(rng.choice(WORDS) for _ in range(words))
+
+
+def one_request(host, port, body):
+    conn = http.client.HTTPConnection(host, port, timeout=600)
+    start = time.perf_counter()
+    conn.request("POST", "/v1/completions", json.dumps(body),
+                 {"Content-Type": "application/json"})
+    resp = conn.getresponse()
+    if resp.status != 200:
+        raise RuntimeError(f"HTTP {resp.status}: {resp.read()[:300]!r}")
+    ttft = None
+    tokens = 0
+    usage = None
+    for raw in resp:
+        line = raw.decode("utf-8", "replace").strip()
+        if not line.startswith("data: ") or line == "data: [DONE]":
+            continue
+        event = json.loads(line[6:])
+        if event.get("usage"):
+            usage = event["usage"]
+        for choice in event.get("choices", []):
+            if choice.get("text"):
+                tokens += 1
+                if ttft is None:
+                    ttft = time.perf_counter() - start
+    conn.close()
+    if usage:
+        tokens = usage["completion_tokens"]
+    return ttft if ttft is not None else time.perf_counter() - start, tokens
+
+
+def percentile(values, p):
+    values = sorted(values)
+    k = (len(values) - 1) * p
+    lo, hi = int(k), min(int(k) + 1, len(values) - 1)
+    return values[lo] + (values[hi] - values[lo]) * (k - lo)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--clients", type=int, default=1)
+    ap.add_argument("--requests", type=int, default=4, help="per client")
+    ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--prompt-words", type=int, default=100)
+    ap.add_argument("--seed", type=int, default=1)
+    args = ap.parse_args()
+
+    ttfts, totals, errors = [], [], []
+    lock = threading.Lock()
+
+    def client(cid):
+        rng = random.Random(args.seed * 1000 + cid)
+        for _ in range(args.requests):
+            body = {"prompt": prompt(rng, args.prompt_words), "max_tokens": args.max_tokens,
+                    "temperature": 0, "stream": True, "ignore_eos": True,
+                    "stream_options": {"include_usage": True}}
+            try:
+                ttft, tokens = one_request(args.host, args.port, body)
+            except Exception as e:  # noqa: BLE001 - reported, not hidden
+                with lock:
+                    errors.append(str(e))
+                continue
+            with lock:
+                ttfts.append(ttft)
+                totals.append(tokens)
+
+    start = time.perf_counter()
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(args.clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - start
+    out = {"clients": args.clients, "requests": len(ttfts), "errors": len(errors),
+           "tokens": sum(totals), "wall_s": round(wall, 3),
+           "tokens_per_s": round(sum(totals) / wall, 2) if wall > 0 else 0,
+           "ttft_p50_ms": round(percentile(ttfts, 0.5) * 1000, 1) if ttfts else None,
+           "ttft_p90_ms": round(percentile(ttfts, 0.9) * 1000, 1) if ttfts else None}
+    if errors:
+        out["first_error"] = errors[0]
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
