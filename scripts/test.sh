@@ -22,7 +22,7 @@ if [ -n "$sanitize" ]; then
   export LLAMAPP_BUILD_TYPE=RelWithDebInfo
   export LLAMAPP_CMAKE_ARGS="-DLLAMAPP_SANITIZE=$sanitize ${LLAMAPP_CMAKE_ARGS:-}"
   export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
-  export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1}
+  export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1:suppressions=$root/tests/tsan.supp}
 fi
 "$root/scripts/setup.sh"
 # The official OpenAI Node SDK for the server's end-to-end tests, pinned by its lock file.

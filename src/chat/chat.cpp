@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <exception>
+#include <mutex>
 
 #include "chat.h"
 #include "core/log_internal.hpp"
@@ -69,6 +70,10 @@ Result<common_chat_params> apply_common(const detail::ChatTemplateState& s,
     inputs.use_jinja = true;
     inputs.reasoning_format = COMMON_REASONING_FORMAT_DEEPSEEK;
     detail::LogCapture capture;
+    // One render at a time: common's template context formats the date with localtime(),
+    // whose time-zone state is not thread-safe (ThreadSanitizer caught it under server load).
+    static std::mutex render_mutex;
+    std::lock_guard lock(render_mutex);
     try {
         return common_chat_templates_apply(s.templates.get(), inputs);
     } catch (const std::exception& e) {

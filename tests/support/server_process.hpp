@@ -4,6 +4,7 @@
 #include <httplib.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -25,6 +26,7 @@ class ServerProcess {
         argv.insert(argv.end(), args.begin(), args.end());
         pid_ = ::fork();
         if (pid_ == 0) {
+            ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlives a test that crashed
             ::dup2(err[1], 2);
             ::close(err[0]);
             ::close(err[1]);
