@@ -20,13 +20,15 @@ build=${LLAMAPP_BUILD_DIR:-$root/build}
 cmake --build "$build" --target llamapp-cli bench-model llama-server >&2
 model="$build/models/bench-125m-q4_0.gguf"
 pid=""
+results=$(mktemp)
 trap '[ -n "$pid" ] && kill "$pid" 2>/dev/null || true' EXIT
 
 start() {  # name slots
+  port=$((port + 1))  # a fresh port each time: no wait for the previous listener's sockets
   local ctx=$((4096 > $2 * 256 ? 4096 : $2 * 256))
   if [ "$1" = llamapp ]; then
     "$build/bin/llamapp" serve -m "$model" -t "$threads" -c "$ctx" --parallel "$2" \
-      --port "$port" --log-level none --max-queue 256 2>/dev/null &
+      --port "$port" --log-level none --max-queue 256 2>>"$results.log" &
   else
     "$build/bin/llama-server" -m "$model" -t "$threads" -c "$ctx" -np "$2" -kvu \
       --port "$port" --no-webui >/dev/null 2>&1 &
@@ -40,7 +42,6 @@ start() {  # name slots
 }
 stop() { kill "$pid"; wait "$pid" 2>/dev/null || true; pid=""; }
 
-results=$(mktemp)
 for r in $(seq 1 "$rounds"); do
   for n in $clients_list; do
     requests=$(( n >= 16 ? 2 : (n >= 4 ? 4 : 8) ))
