@@ -1,13 +1,10 @@
 #include "engine/engine_metrics.hpp"
 
+#include "core/metric_registration.hpp"
+
 namespace llamapp::detail {
 
 namespace {
-
-Labels with(Labels labels, const char* key, const char* value) {
-    labels.emplace_back(key, value);
-    return labels;
-}
 
 std::vector<double> token_latency_buckets() {
     return {0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5};
@@ -24,20 +21,12 @@ Result<EngineMetrics> EngineMetrics::create(std::shared_ptr<MetricsRegistry> reg
     EngineMetrics m;
     m.registry = registry;
     MetricsRegistry& r = *registry;
-    bool ok = true;
-    Error first;
-    auto keep = [&](auto result, auto*& into) {
-        if (result) {
-            into = *result;
-        } else if (ok) {
-            ok = false;
-            first = result.error();
-        }
-    };
+    MetricRegistration keep;
     const std::string requests_help = "Requests finished, by outcome";
     auto outcome = [&](const char* name, Counter*& into) {
-        keep(r.counter("llamapp_requests_total", requests_help, with(labels, "outcome", name)),
-             into);
+        keep(
+            r.counter("llamapp_requests_total", requests_help, with_label(labels, "outcome", name)),
+            into);
     };
     outcome("stop", m.stop);
     outcome("length", m.length);
@@ -59,14 +48,17 @@ Result<EngineMetrics> EngineMetrics::create(std::shared_ptr<MetricsRegistry> reg
                    labels),
          m.kv_pressure);
     const std::string reuse_help = "Admitted requests by where their prompt prefix came from";
-    keep(r.counter("llamapp_prefix_reuse_total", reuse_help, with(labels, "source", "none")),
+    keep(r.counter("llamapp_prefix_reuse_total", reuse_help, with_label(labels, "source", "none")),
          m.reuse_none);
-    keep(r.counter("llamapp_prefix_reuse_total", reuse_help, with(labels, "source", "same_slot")),
+    keep(r.counter("llamapp_prefix_reuse_total", reuse_help,
+                   with_label(labels, "source", "same_slot")),
          m.reuse_same);
-    keep(r.counter("llamapp_prefix_reuse_total", reuse_help, with(labels, "source", "other_slot")),
+    keep(r.counter("llamapp_prefix_reuse_total", reuse_help,
+                   with_label(labels, "source", "other_slot")),
          m.reuse_other);
-    keep(r.counter("llamapp_prefix_reuse_total", reuse_help, with(labels, "source", "stored")),
-         m.reuse_stored);
+    keep(
+        r.counter("llamapp_prefix_reuse_total", reuse_help, with_label(labels, "source", "stored")),
+        m.reuse_stored);
     keep(r.gauge("llamapp_kv_cache_tokens",
                  "Tokens held in the KV cache over all sequences (shared cells count per sequence)",
                  labels),
@@ -89,7 +81,7 @@ Result<EngineMetrics> EngineMetrics::create(std::shared_ptr<MetricsRegistry> reg
     keep(r.histogram("llamapp_batch_size_tokens", "Tokens per llama_decode call",
                      batch_size_buckets(), labels),
          m.batch_size);
-    if (!ok) return std::unexpected(first);
+    if (!keep.ok) return std::unexpected(keep.first);
     return m;
 }
 

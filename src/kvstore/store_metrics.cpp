@@ -1,34 +1,16 @@
 #include "kvstore/store_metrics.hpp"
 
+#include "core/metric_registration.hpp"
+
 namespace llamapp::detail {
 
 namespace {
-
-Labels with(Labels labels, const std::string& key, const std::string& value) {
-    labels.emplace_back(key, value);
-    return labels;
-}
 
 // Loading or writing a snapshot: 100 µs to 30 s.
 std::vector<double> io_buckets() {
     return {0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
             0.1,    0.25,   0.5,   1,      2.5,   10,   30};
 }
-
-// Collects registration results; the first failure wins.
-struct Keep {
-    bool ok = true;
-    Error first;
-    template <typename T>
-    void operator()(Result<T*> result, T*& into) {
-        if (result) {
-            into = *result;
-        } else if (ok) {
-            ok = false;
-            first = result.error();
-        }
-    }
-};
 
 }  // namespace
 
@@ -49,7 +31,7 @@ Result<StoreMetrics> StoreMetrics::create(std::shared_ptr<MetricsRegistry> regis
     m.registry = registry;
     m.labels = labels;
     MetricsRegistry& r = *registry;
-    Keep keep;
+    MetricRegistration keep;
     keep(r.counter("llamapp_kvstore_misses_total", "Lookups that found no usable stored prefix",
                    labels),
          m.misses);
@@ -62,7 +44,7 @@ Result<StoreMetrics> StoreMetrics::create(std::shared_ptr<MetricsRegistry> regis
     const std::string dropped_help = "Saves not taken, by reason";
     const auto dropped = [&](const char* why, Counter*& into) {
         keep(r.counter("llamapp_kvstore_dropped_saves_total", dropped_help,
-                       with(labels, "reason", why)),
+                       with_label(labels, "reason", why)),
              into);
     };
     dropped("pool_full", m.dropped_pool_full);
@@ -78,8 +60,8 @@ Result<StoreMetrics> StoreMetrics::create(std::shared_ptr<MetricsRegistry> regis
 Result<TierMetrics> StoreMetrics::tier(const std::string& name) const {
     TierMetrics t;
     MetricsRegistry& r = *registry;
-    const Labels l = with(labels, "tier", name);
-    Keep keep;
+    const Labels l = with_label(labels, "tier", name);
+    MetricRegistration keep;
     keep(r.gauge("llamapp_kvstore_entries", "Entries held by a tier", l), t.entries);
     keep(r.gauge("llamapp_kvstore_bytes", "Bytes held by a tier", l), t.bytes);
     keep(r.gauge("llamapp_kvstore_capacity_bytes", "Byte quota of a tier (0 = none)", l),
@@ -93,7 +75,7 @@ Result<TierMetrics> StoreMetrics::tier(const std::string& name) const {
     for (SaveReason reason : {SaveReason::finish, SaveReason::prefill, SaveReason::evict,
                               SaveReason::shutdown, SaveReason::put}) {
         keep(r.counter("llamapp_kvstore_saves_total", "Entries stored, by tier and reason",
-                       with(l, "reason", std::string(to_string(reason)))),
+                       with_label(l, "reason", std::string(to_string(reason)))),
              t.saves[static_cast<std::size_t>(reason)]);
     }
     keep(r.histogram("llamapp_kvstore_restore_seconds", "Time to load and verify an entry",
