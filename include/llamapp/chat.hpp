@@ -1,6 +1,7 @@
 // Chat: messages rendered with a model's Jinja template through llama.cpp's common chat code.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -28,9 +29,28 @@ struct ChatMessage {
     std::string name;
 };
 
+// A function the model may call. `parameters` is a JSON Schema (an object schema) as text.
+struct ToolDefinition {
+    std::string name;  // 1-64 of a-z, A-Z, 0-9, '_', '-', '.'
+    std::string description;
+    std::string parameters = R"({"type":"object","properties":{}})";
+};
+
+enum class ToolChoice {
+    automatic,  // the model decides between text and tool calls
+    none,       // the tools are described but never called
+    required,   // the reply is one or more tool calls
+};
+
 struct ChatRenderOptions {
     bool add_generation_prompt = true;
     bool enable_thinking = true;
+    std::vector<ToolDefinition> tools;
+    ToolChoice tool_choice = ToolChoice::automatic;
+    std::string forced_tool;  // not empty: the reply is a call of exactly this tool
+    bool parallel_tool_calls = false;
+    // Extra variables for the template (name -> JSON value as text), e.g. a model's own switches.
+    std::map<std::string, std::string> template_variables;
 };
 
 namespace detail {
@@ -42,7 +62,14 @@ struct ChatPrompt {
     std::string text;               // the rendered template, for display
     std::vector<Token> tokens;      // message text tokenized as text, template markup as specials
     std::vector<std::string> stop;  // extra stop strings the template's format asks for
+    ToolCallGrammar tool_grammar;   // with tools: the grammar tool calls must follow
+    std::vector<Token> shown_control_tokens;  // markup tokens the reply parser needs to see
     std::shared_ptr<const detail::ChatParseState> parse_state;  // how to parse the reply
+
+    // Adds what the reply needs to `options`: stop strings, the tool-call grammar and the
+    // markup tokens to show. Errors: invalid_argument when a tool-call grammar would have to
+    // replace a grammar or JSON schema already in `options`.
+    Result<void> constrain(GenerateOptions& options) const;
 };
 
 // A parsed chat template. Thread-safe after construction; cheap to copy.
@@ -61,7 +88,8 @@ class ChatTemplate {
                               const ChatRenderOptions& options = {}) const;
 
     // Splits raw model output into answer, reasoning and tool calls per the format `prompt`
-    // was rendered with. Output the format cannot parse is returned whole as content.
+    // was rendered with. Output the format cannot parse is returned whole as content. Tool
+    // calls the format gives no id get a fresh random one.
     static ChatMessage parse(const std::string& output, const ChatPrompt& prompt);
 
     const std::string& source() const;

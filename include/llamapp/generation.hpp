@@ -33,6 +33,9 @@ struct GenerateOptions {
     bool logprobs = false;     // report the log-probability of each chosen token
     int top_logprobs = 0;      // and of the n most likely alternatives (0..max_top_logprobs)
     TokenizeOptions tokenize;  // how a text prompt is tokenized
+    // Control tokens whose text the reply shows (tool-call markup such as "<tool_call>"); other
+    // control tokens produce no text.
+    std::vector<Token> shown_control_tokens;
     bool reuse_prefix = true;  // keep the KV of a common prefix with the previous call
     CancellationToken cancel;
     std::chrono::milliseconds timeout{0};  // whole-generation deadline (0 = none)

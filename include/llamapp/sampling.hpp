@@ -17,6 +17,26 @@ struct LogitBias {
 
 inline constexpr std::uint32_t random_seed = 0xFFFFFFFFu;
 
+// What switches a lazy grammar on: a token, a literal word, or a regular expression that matches
+// somewhere in (pattern) or the whole of (pattern_full) the text generated so far.
+struct GrammarTrigger {
+    enum class Kind { token, word, pattern, pattern_full };
+    Kind kind = Kind::word;
+    std::string value;
+    Token token = no_token;  // Kind::token only
+};
+
+// The grammar a chat template derives for tool calls (ChatPrompt::constrain fills it in).
+struct ToolCallGrammar {
+    std::string gbnf;  // empty: none
+    // Lazy: free text until a trigger appears, the grammar from there on (tool_choice "auto").
+    bool lazy = false;
+    std::vector<GrammarTrigger> triggers;
+    // The start of the reply the template already wrote into the prompt (e.g. an opened
+    // thinking block); an eager grammar consumes it before the first generated token.
+    std::string reply_prefix;
+};
+
 struct SamplingParams {
     float temperature = 0.8f;  // 0 = greedy
     int top_k = 40;            // 0 = whole vocabulary
@@ -45,10 +65,11 @@ struct SamplingParams {
     std::vector<LogitBias> logit_bias;
     std::uint32_t seed = random_seed;
 
-    // Constraints: at most one of the two. Output that cannot satisfy them is never produced
+    // Constraints: at most one of the three. Output that cannot satisfy them is never produced
     // silently unconstrained: a malformed grammar or schema is an error.
-    std::string grammar;      // GBNF, root rule "root"
-    std::string json_schema;  // JSON Schema text, converted to GBNF with llama.cpp's converter
+    std::string grammar;         // GBNF, root rule "root"
+    std::string json_schema;     // JSON Schema text, converted to GBNF with llama.cpp's converter
+    ToolCallGrammar tool_calls;  // excludes the two above
 
     static SamplingParams greedy() {
         SamplingParams p;

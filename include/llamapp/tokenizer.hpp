@@ -49,8 +49,9 @@ class Tokenizer {
 // incomplete code point are held back until the rest arrives (or flush() is called).
 class Detokenizer {
   public:
-    explicit Detokenizer(Tokenizer tokenizer, bool render_special = false)
-        : tokenizer_(std::move(tokenizer)), render_special_(render_special) {}
+    // `shown` lists special tokens rendered as text even when render_special is off.
+    explicit Detokenizer(Tokenizer tokenizer, bool render_special = false,
+                         std::vector<Token> shown = {});
 
     // Returns the text that became complete with this token (possibly empty).
     Result<std::string> push(Token token);
@@ -61,6 +62,7 @@ class Detokenizer {
   private:
     Tokenizer tokenizer_;
     bool render_special_;
+    std::vector<Token> shown_;  // sorted
     std::string pending_;
 };
 

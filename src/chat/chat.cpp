@@ -2,15 +2,22 @@
 
 #include <fmt/core.h>
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <exception>
 #include <mutex>
+#include <random>
+#include <regex>
 
-#include "chat.h"
+#include "chat/chat_state.hpp"
+#include "common.h"
 #include "core/log_internal.hpp"
 #include "core/model_state.hpp"
 #include "llamapp/backend.hpp"
+#include "llamapp/grammar.hpp"
 
 namespace llamapp {
 
@@ -22,9 +29,32 @@ struct ChatTemplateState {
     std::string source;
 };
 
-struct ChatParseState {
-    common_chat_parser_params params;
-};
+std::optional<ChatMessage> parse_reply(const ChatParseState& state, const std::string& output,
+                                       bool partial) {
+    try {
+        const common_chat_msg parsed = common_chat_parse(output, partial, state.params);
+        ChatMessage message{.role = "assistant"};
+        message.content = parsed.content;
+        message.reasoning_content = parsed.reasoning_content;
+        for (const auto& c : parsed.tool_calls) {
+            if (message.tool_calls.size() == state.max_tool_calls) break;
+            message.tool_calls.push_back({c.id, c.name, c.arguments});
+        }
+        return message;
+    } catch (const std::exception&) {
+        return std::nullopt;
+    }
+}
+
+std::string new_tool_call_id() {
+    static constexpr char alphabet[] =
+        "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+    thread_local std::mt19937_64 random{std::random_device{}()};
+    std::uniform_int_distribution<std::size_t> pick(0, sizeof(alphabet) - 2);
+    std::string id = "call_";
+    for (int i = 0; i < 24; ++i) id += alphabet[pick(random)];
+    return id;
+}
 
 }  // namespace detail
 
@@ -34,6 +64,49 @@ namespace {
 // chat markup, and no template has a reason to transform them.
 std::string marker(std::size_t i) {
     return fmt::format("\x1ELLAMAPP_TEXT_{}\x1F", i);
+}
+
+bool valid_tool_name(const std::string& name) {
+    if (name.empty() || name.size() > 64) return false;
+    return std::all_of(name.begin(), name.end(), [](unsigned char c) {
+        return std::isalnum(c) || c == '_' || c == '-' || c == '.';
+    });
+}
+
+Result<void> validate_tools(const ChatRenderOptions& options) {
+    for (std::size_t i = 0; i < options.tools.size(); ++i) {
+        const auto& tool = options.tools[i];
+        const std::string where = fmt::format("tools[{}]", i);
+        if (!valid_tool_name(tool.name))
+            return fail(ErrorCode::invalid_argument,
+                        "a tool name must be 1 to 64 of a-z, A-Z, 0-9, '_', '-' and '.'",
+                        where + ".name");
+        for (std::size_t j = 0; j < i; ++j) {
+            if (options.tools[j].name == tool.name)
+                return fail(ErrorCode::invalid_argument,
+                            "tool '" + tool.name + "' is defined twice", where + ".name");
+        }
+        const auto schema = nlohmann::ordered_json::parse(tool.parameters, nullptr, false);
+        if (!schema.is_object())
+            return fail(ErrorCode::invalid_json_schema,
+                        "tool parameters must be a JSON schema object", where + ".parameters");
+        // The template turns the schema into the tool-call grammar; a schema that cannot be
+        // enforced fails here, named, instead of inside the template.
+        if (auto gbnf = json_schema_to_gbnf(tool.parameters); !gbnf) {
+            Error e = gbnf.error();
+            e.context = where + ".parameters";
+            return std::unexpected(std::move(e));
+        }
+    }
+    if (!options.forced_tool.empty() &&
+        std::none_of(options.tools.begin(), options.tools.end(),
+                     [&](const ToolDefinition& t) { return t.name == options.forced_tool; }))
+        return fail(ErrorCode::invalid_argument,
+                    "tool '" + options.forced_tool + "' is not among the tools", "tool_choice");
+    if (options.tool_choice == ToolChoice::required && options.tools.empty())
+        return fail(ErrorCode::invalid_argument, "tool_choice 'required' needs tools",
+                    "tool_choice");
+    return {};
 }
 
 Result<void> validate(const std::vector<ChatMessage>& messages) {
@@ -60,13 +133,35 @@ common_chat_msg to_common(const ChatMessage& m, std::string content, std::string
     return out;
 }
 
+common_chat_tool_choice to_common(ToolChoice choice) {
+    switch (choice) {
+        case ToolChoice::none:
+            return COMMON_CHAT_TOOL_CHOICE_NONE;
+        case ToolChoice::required:
+            return COMMON_CHAT_TOOL_CHOICE_REQUIRED;
+        case ToolChoice::automatic:
+            break;
+    }
+    return COMMON_CHAT_TOOL_CHOICE_AUTO;
+}
+
+// `only_tool` not empty: offer just that tool (the grammar and parser of a forced call).
 Result<common_chat_params> apply_common(const detail::ChatTemplateState& s,
                                         std::vector<common_chat_msg> msgs,
-                                        const ChatRenderOptions& options) {
+                                        const ChatRenderOptions& options,
+                                        const std::string& only_tool = {}) {
     common_chat_templates_inputs inputs;
     inputs.messages = std::move(msgs);
     inputs.add_generation_prompt = options.add_generation_prompt;
     inputs.enable_thinking = options.enable_thinking;
+    for (const auto& t : options.tools) {
+        if (only_tool.empty() || t.name == only_tool)
+            inputs.tools.push_back({t.name, t.description, t.parameters});
+    }
+    inputs.tool_choice =
+        only_tool.empty() ? to_common(options.tool_choice) : COMMON_CHAT_TOOL_CHOICE_REQUIRED;
+    inputs.parallel_tool_calls = options.parallel_tool_calls && only_tool.empty();
+    inputs.chat_template_kwargs = options.template_variables;
     inputs.use_jinja = true;
     inputs.reasoning_format = COMMON_REASONING_FORMAT_DEEPSEEK;
     detail::LogCapture capture;
@@ -119,6 +214,7 @@ const std::string& ChatTemplate::source() const {
 Result<std::string> ChatTemplate::apply(const std::vector<ChatMessage>& messages,
                                         const ChatRenderOptions& options) const {
     if (auto ok = validate(messages); !ok) return std::unexpected(ok.error());
+    if (auto ok = validate_tools(options); !ok) return std::unexpected(ok.error());
     std::vector<common_chat_msg> msgs;
     for (const auto& m : messages) msgs.push_back(to_common(m, m.content, m.reasoning_content));
     auto params = apply_common(*state_, std::move(msgs), options);
@@ -127,6 +223,20 @@ Result<std::string> ChatTemplate::apply(const std::vector<ChatMessage>& messages
 }
 
 namespace {
+
+// llama.cpp's tool-call grammars let free text precede the calls even when a call is required
+// (root ::= ... until-N? tool-calls). A required call is the reply, as OpenAI's tool_choice
+// means, so that optional lead-in is dropped from the root rule; the rule itself stays and an
+// optional thinking block before the calls is kept.
+std::string without_text_before_calls(const std::string& gbnf) {
+    static const std::regex lead_in(R"( until-[0-9]+\?(?= ))");
+    const std::size_t root = gbnf.starts_with("root ::= ") ? 0 : gbnf.find("\nroot ::= ");
+    if (root == std::string::npos) return gbnf;
+    const std::size_t begin = root == 0 ? 0 : root + 1;
+    const std::size_t end = std::min(gbnf.find('\n', begin), gbnf.size());
+    return gbnf.substr(0, begin) +
+           std::regex_replace(gbnf.substr(begin, end - begin), lead_in, "") + gbnf.substr(end);
+}
 
 // True when tokenizing `text` with special-token parsing would produce control tokens, i.e. the
 // text spells out markup such as "<|im_end|>".
@@ -144,6 +254,7 @@ Result<bool> spells_control_tokens(const Tokenizer& tok, const std::string& text
 Result<ChatPrompt> ChatTemplate::render(const std::vector<ChatMessage>& messages,
                                         const ChatRenderOptions& options) const {
     if (auto ok = validate(messages); !ok) return std::unexpected(ok.error());
+    if (auto ok = validate_tools(options); !ok) return std::unexpected(ok.error());
     const Tokenizer tokenizer = state_->model.tokenizer();
 
     // Fields the template renders verbatim into markup must not spell control tokens at all.
@@ -179,8 +290,15 @@ Result<ChatPrompt> ChatTemplate::render(const std::vector<ChatMessage>& messages
         }
         msgs.push_back(to_common(m, std::move(fields[0]), std::move(fields[1])));
     }
-    auto params = apply_common(*state_, std::move(msgs), options);
+    auto params = apply_common(*state_, msgs, options);
     if (!params) return std::unexpected(params.error());
+    if (!options.forced_tool.empty() && options.tool_choice != ToolChoice::none) {
+        // The prompt describes every tool; the grammar and the parser know only the forced one.
+        auto forced = apply_common(*state_, std::move(msgs), options, options.forced_tool);
+        if (!forced) return std::unexpected(forced.error());
+        forced->prompt = std::move(params->prompt);
+        params = std::move(forced);
+    }
 
     ChatPrompt prompt;
     const std::string& rendered = params->prompt;
@@ -231,9 +349,31 @@ Result<ChatPrompt> ChatTemplate::render(const std::vector<ChatMessage>& messages
     if (prompt.tokens.empty())
         return fail(ErrorCode::template_error, "chat template rendered an empty prompt");
     prompt.stop = params->additional_stops;
+    if (!params->grammar.empty()) {
+        const bool must_call = options.tool_choice == ToolChoice::required;
+        prompt.tool_grammar.gbnf =
+            must_call ? without_text_before_calls(params->grammar) : params->grammar;
+        prompt.tool_grammar.lazy = params->grammar_lazy;
+        prompt.tool_grammar.reply_prefix = params->generation_prompt;
+        for (const auto& t : params->grammar_triggers) {
+            using Kind = GrammarTrigger::Kind;
+            const Kind kind = t.type == COMMON_GRAMMAR_TRIGGER_TYPE_TOKEN     ? Kind::token
+                              : t.type == COMMON_GRAMMAR_TRIGGER_TYPE_PATTERN ? Kind::pattern
+                              : t.type == COMMON_GRAMMAR_TRIGGER_TYPE_PATTERN_FULL
+                                  ? Kind::pattern_full
+                                  : Kind::word;
+            prompt.tool_grammar.triggers.push_back({kind, t.value, t.token});
+        }
+    }
+    for (const auto& text : params->preserved_tokens) {
+        auto ids = tokenizer.encode(text, {.add_special = false, .parse_special = true});
+        if (ids && ids->size() == 1) prompt.shown_control_tokens.push_back(ids->front());
+    }
     auto parse_state = std::make_shared<detail::ChatParseState>();
     parse_state->params = common_chat_parser_params(*params);
     parse_state->params.reasoning_format = COMMON_REASONING_FORMAT_DEEPSEEK;
+    if (!options.parallel_tool_calls || !options.forced_tool.empty())
+        parse_state->max_tool_calls = 1;
     if (!params->parser.empty()) {
         try {
             parse_state->params.parser.load(params->parser);
@@ -246,26 +386,33 @@ Result<ChatPrompt> ChatTemplate::render(const std::vector<ChatMessage>& messages
     return prompt;
 }
 
+Result<void> ChatPrompt::constrain(GenerateOptions& options) const {
+    for (const auto& s : stop) {
+        if (!s.empty()) options.stop.push_back(s);
+    }
+    if (!tool_grammar.gbnf.empty()) {
+        const SamplingParams& sampling = options.sampling;
+        if (!sampling.grammar.empty() || !sampling.json_schema.empty())
+            return fail(ErrorCode::invalid_argument,
+                        "tool calls follow their own grammar; a grammar or JSON schema cannot be "
+                        "combined with tools",
+                        sampling.grammar.empty() ? "json_schema" : "grammar");
+        options.sampling.tool_calls = tool_grammar;
+    }
+    options.shown_control_tokens.insert(options.shown_control_tokens.end(),
+                                        shown_control_tokens.begin(), shown_control_tokens.end());
+    return {};
+}
+
 ChatMessage ChatTemplate::parse(const std::string& output, const ChatPrompt& prompt) {
-    ChatMessage message{.role = "assistant"};
-    if (!prompt.parse_state) {
-        message.content = output;
-        return message;
+    std::optional<ChatMessage> parsed;
+    if (prompt.parse_state) parsed = detail::parse_reply(*prompt.parse_state, output, false);
+    // Random or unexpected output is still an answer; show it as it came.
+    if (!parsed) return {.role = "assistant", .content = output};
+    for (auto& call : parsed->tool_calls) {
+        if (call.id.empty()) call.id = detail::new_tool_call_id();
     }
-    try {
-        common_chat_msg parsed =
-            common_chat_parse(output, /*is_partial=*/false, prompt.parse_state->params);
-        message.content = parsed.content;
-        message.reasoning_content = parsed.reasoning_content;
-        for (const auto& c : parsed.tool_calls)
-            message.tool_calls.push_back({c.id, c.name, c.arguments});
-    } catch (const std::exception&) {
-        // Random or unexpected output is still an answer; show it as it came.
-        message.content = output;
-        message.reasoning_content.clear();
-        message.tool_calls.clear();
-    }
-    return message;
+    return std::move(*parsed);
 }
 
 Result<ChatResult> chat(Context& context, const ChatTemplate& chat_template,
@@ -274,9 +421,7 @@ Result<ChatResult> chat(Context& context, const ChatTemplate& chat_template,
     auto prompt = chat_template.render(messages, options.render);
     if (!prompt) return std::unexpected(prompt.error());
     GenerateOptions generate = options.generate;
-    for (const auto& s : prompt->stop) {
-        if (!s.empty()) generate.stop.push_back(s);
-    }
+    if (auto ok = prompt->constrain(generate); !ok) return std::unexpected(ok.error());
     auto generation = context.stream(std::span<const Token>(prompt->tokens), generate, on_piece);
     if (!generation) return std::unexpected(generation.error());
     ChatResult result;

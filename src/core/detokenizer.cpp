@@ -1,5 +1,7 @@
 #include "llamapp/tokenizer.hpp"
 
+#include <algorithm>
+
 namespace llamapp {
 namespace {
 
@@ -68,8 +70,14 @@ std::string utf8_sanitize(std::string_view bytes) {
     return out;
 }
 
+Detokenizer::Detokenizer(Tokenizer tokenizer, bool render_special, std::vector<Token> shown)
+    : tokenizer_(std::move(tokenizer)), render_special_(render_special), shown_(std::move(shown)) {
+    std::sort(shown_.begin(), shown_.end());
+}
+
 Result<std::string> Detokenizer::push(Token token) {
-    auto piece = tokenizer_.piece(token, render_special_);
+    const bool render = render_special_ || std::binary_search(shown_.begin(), shown_.end(), token);
+    auto piece = tokenizer_.piece(token, render);
     if (!piece) return std::unexpected(piece.error());
     pending_ += *piece;
     const std::size_t complete = utf8_complete_prefix(pending_);

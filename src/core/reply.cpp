@@ -13,7 +13,7 @@ Reply::Reply(const Model& model, const GenerateOptions& options, Sampler sampler
     : options_(options),
       sampler_(std::move(sampler)),
       tokenizer_(model.tokenizer()),
-      detokenizer_(tokenizer_),
+      detokenizer_(tokenizer_, false, options.shown_control_tokens),
       stops_(options.stop),
       started_(started) {}
 

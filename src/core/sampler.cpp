@@ -75,6 +75,20 @@ Result<void> SamplingParams::validate() const {
         return fail(ErrorCode::invalid_argument, "grammar and json_schema are mutually exclusive",
                     "grammar");
     }
+    if (!tool_calls.gbnf.empty() && (!grammar.empty() || !json_schema.empty())) {
+        return fail(ErrorCode::invalid_argument,
+                    "a tool-call grammar excludes a grammar or json_schema", "grammar");
+    }
+    if (tool_calls.lazy && tool_calls.triggers.empty()) {
+        return fail(ErrorCode::invalid_argument, "a lazy grammar needs at least one trigger",
+                    "tool_calls.triggers");
+    }
+    for (const auto& t : tool_calls.triggers) {
+        if (t.kind == GrammarTrigger::Kind::token ? t.token < 0 : t.value.empty()) {
+            return fail(ErrorCode::invalid_argument, "a grammar trigger is empty",
+                        "tool_calls.triggers");
+        }
+    }
     return {};
 }
 
@@ -99,6 +113,39 @@ Token argmax(const float* logits, int n) {
         if (logits[k] == best) return k;
     }
     return 0;  // all NaN
+}
+
+// A word that is one token of the vocabulary triggers on that token: a control token's text
+// never appears in the generated text the pattern triggers look at.
+Result<std::vector<common_grammar_trigger>> grammar_triggers(
+    const ModelState& model, const std::vector<GrammarTrigger>& triggers) {
+    const int n_vocab = llama_vocab_n_tokens(model.vocab);
+    std::vector<common_grammar_trigger> out;
+    for (const auto& t : triggers) {
+        switch (t.kind) {
+            case GrammarTrigger::Kind::token:
+                if (t.token >= n_vocab)
+                    return fail(ErrorCode::invalid_argument, "grammar trigger token out of range",
+                                "token=" + std::to_string(t.token));
+                out.push_back({COMMON_GRAMMAR_TRIGGER_TYPE_TOKEN, t.value, t.token});
+                break;
+            case GrammarTrigger::Kind::word: {
+                const auto ids = common_tokenize(model.vocab, t.value, false, true);
+                if (ids.size() == 1)
+                    out.push_back({COMMON_GRAMMAR_TRIGGER_TYPE_TOKEN, t.value, ids[0]});
+                else
+                    out.push_back({COMMON_GRAMMAR_TRIGGER_TYPE_WORD, t.value});
+                break;
+            }
+            case GrammarTrigger::Kind::pattern:
+                out.push_back({COMMON_GRAMMAR_TRIGGER_TYPE_PATTERN, t.value});
+                break;
+            case GrammarTrigger::Kind::pattern_full:
+                out.push_back({COMMON_GRAMMAR_TRIGGER_TYPE_PATTERN_FULL, t.value});
+                break;
+        }
+    }
+    return out;
 }
 
 }  // namespace
@@ -152,6 +199,16 @@ Result<Sampler> Sampler::create(const ModelState& model, const SamplingParams& p
         if (!converted) return std::unexpected(converted.error());
         gbnf = std::move(*converted);
     }
+    const bool tool_grammar = !p.tool_calls.gbnf.empty();
+    if (tool_grammar) {
+        gbnf = p.tool_calls.gbnf;
+        cp.grammar_lazy = p.tool_calls.lazy;
+        cp.generation_prompt = p.tool_calls.reply_prefix;
+        if (auto triggers = grammar_triggers(model, p.tool_calls.triggers); triggers)
+            cp.grammar_triggers = std::move(*triggers);
+        else
+            return std::unexpected(triggers.error());
+    }
     // With a grammar, end-of-generation is how a completed grammar stops, so it stays allowed.
     if (ignore_eos && gbnf.empty()) {
         for (Token t = 0; t < n_vocab; ++t) {
@@ -168,7 +225,10 @@ Result<Sampler> Sampler::create(const ModelState& model, const SamplingParams& p
                             "token=" + std::to_string(id) + ", vocab=" + std::to_string(n_vocab));
             }
         }
-        cp.grammar = common_grammar(COMMON_GRAMMAR_TYPE_USER, gbnf);
+        // Tool-call grammars start with the reply prefix the template wrote; common feeds it
+        // to the grammar only for this type.
+        cp.grammar = common_grammar(
+            tool_grammar ? COMMON_GRAMMAR_TYPE_TOOL_CALLS : COMMON_GRAMMAR_TYPE_USER, gbnf);
     }
 
     LogCapture capture;

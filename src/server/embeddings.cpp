@@ -44,6 +44,7 @@ void truncate_and_normalize(std::vector<float>& v, std::size_t d) {
 }  // namespace
 
 void ServerState::embeddings(const httplib::Request& req, httplib::Response& res) {
+    InFlight counted(*this);  // from the start: a drain that begins now waits for this request
     const json body = parse_body(req.body);
     if (const json* m = optional_field(body, "model")) {
         const std::string name = string_field(*m, "model");
@@ -117,7 +118,6 @@ void ServerState::embeddings(const httplib::Request& req, httplib::Response& res
         prompt_tokens += static_cast<int>(tokens->size());
     }
 
-    InFlight counted(*this);
     std::vector<std::vector<float>> vectors;
     {
         std::lock_guard lock(embed_mutex);

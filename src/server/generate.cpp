@@ -19,8 +19,53 @@ std::int64_t unix_now() {
         .count();
 }
 
-const char* finish_name(FinishReason r) {
-    return r == FinishReason::length ? "length" : "stop";
+// A reply cut short by the token limit says so even when it began a tool call.
+const char* finish_name(FinishReason r, bool tool_calls = false) {
+    if (r == FinishReason::length) return "length";
+    return tool_calls ? "tool_calls" : "stop";
+}
+
+json tool_call_json(std::size_t index, const ToolCall& call) {
+    return {{"index", index},
+            {"id", call.id},
+            {"type", "function"},
+            {"function", {{"name", call.name}, {"arguments", call.arguments}}}};
+}
+
+// The assistant message of a whole reply; content is null when the reply is only tool calls.
+json message_json(const ChatMessage& m) {
+    json message = {
+        {"role", "assistant"},
+        {"content", m.content.empty() && !m.tool_calls.empty() ? json(nullptr) : json(m.content)}};
+    if (!m.reasoning_content.empty()) message["reasoning_content"] = m.reasoning_content;
+    if (!m.tool_calls.empty()) {
+        json calls = json::array();
+        for (std::size_t i = 0; i < m.tool_calls.size(); ++i) {
+            json call = tool_call_json(i, m.tool_calls[i]);
+            call.erase("index");
+            calls.push_back(std::move(call));
+        }
+        message["tool_calls"] = std::move(calls);
+    }
+    return message;
+}
+
+json delta_json(const ChatDelta& d) {
+    json delta = json::object();
+    if (!d.reasoning_content.empty()) delta["reasoning_content"] = d.reasoning_content;
+    if (!d.content.empty()) delta["content"] = d.content;
+    if (!d.tool_calls.empty()) {
+        json calls = json::array();
+        for (const auto& c : d.tool_calls) {
+            if (c.name.empty()) {  // a further fragment of a call already announced
+                calls.push_back({{"index", c.index}, {"function", {{"arguments", c.arguments}}}});
+            } else {
+                calls.push_back(tool_call_json(c.index, {c.id, c.name, c.arguments}));
+            }
+        }
+        delta["tool_calls"] = std::move(calls);
+    }
+    return delta;
 }
 
 json usage_json(const Generation& g) {
@@ -109,6 +154,11 @@ std::string sse(const json& data) {
 }  // namespace
 
 void ServerState::generate(const httplib::Request& req, httplib::Response& res, bool chat) {
+    // Counted from the start, so a drain that begins now waits for this request (checked again
+    // here: the pre-routing check may have passed just before the drain began).
+    InFlight counted(*this);
+    if (draining)
+        throw HttpException{{503, "server_error", "draining", "", "the server is shutting down"}};
     const json body = parse_body(req.body);
     GenerationRequest g = chat ? parse_chat(body, limits) : parse_completion(body, limits);
     if (!g.model.empty() && g.model != model_id)
@@ -121,11 +171,17 @@ void ServerState::generate(const httplib::Request& req, httplib::Response& res, 
         if (!chat_template)
             throw HttpException{{400, "invalid_request_error", "no_chat_template", "messages",
                                  chat_template_error}};
-        auto prompt = chat_template->render(g.messages);
-        if (!prompt) throw HttpException{http_error(prompt.error(), "messages")};
+        auto prompt = chat_template->render(g.messages, g.render);
+        if (!prompt) {
+            // Name the field when the error does (messages[2].role, tools[0].name), else messages.
+            const std::string& where = prompt.error().context;
+            const bool field = where.starts_with("messages") || where.starts_with("tool");
+            throw HttpException{http_error(prompt.error(), field ? where : "messages")};
+        }
         rendered = std::move(*prompt);
         g.engine.prompt = rendered.tokens;
-        for (const auto& s : rendered.stop) g.engine.options.stop.push_back(s);
+        if (auto ok = rendered.constrain(g.engine.options); !ok)
+            throw HttpException{http_error(ok.error(), "tools")};
     } else if (!g.prompt_text.empty()) {
         auto tokens = model.tokenizer().encode(g.prompt_text, g.engine.options.tokenize);
         if (!tokens) throw HttpException{http_error(tokens.error(), "prompt")};
@@ -147,7 +203,6 @@ void ServerState::generate(const httplib::Request& req, httplib::Response& res, 
     res.set_header("X-Request-Id", reply.id);
 
     if (!g.stream) {
-        InFlight counted(*this);
         RequestHandle& handle = *submitted;
         EngineEvent event;
         std::optional<Completion> done;
@@ -167,10 +222,8 @@ void ServerState::generate(const httplib::Request& req, httplib::Response& res, 
         json choice = {{"index", 0}, {"finish_reason", finish_name(gen.finish_reason)}};
         if (chat) {
             const ChatMessage parsed = ChatTemplate::parse(gen.text, rendered);
-            json message = {{"role", "assistant"}, {"content", parsed.content}};
-            if (!parsed.reasoning_content.empty())
-                message["reasoning_content"] = parsed.reasoning_content;
-            choice["message"] = message;
+            choice["finish_reason"] = finish_name(gen.finish_reason, !parsed.tool_calls.empty());
+            choice["message"] = message_json(parsed);
             choice["logprobs"] = g.logprobs ? chat_logprobs(gen.logprobs) : json(nullptr);
         } else {
             choice["text"] = gen.text;
@@ -190,9 +243,11 @@ void ServerState::generate(const httplib::Request& req, httplib::Response& res, 
         bool logprobs = false;
         bool started = false;
         InFlight counted;
+        ChatStreamParser parser;  // chat only
     };
-    auto stream = std::make_shared<Stream>(
-        Stream{std::move(*submitted), reply, g.include_usage, g.logprobs, false, InFlight(*this)});
+    auto stream =
+        std::make_shared<Stream>(Stream{std::move(*submitted), reply, g.include_usage, g.logprobs,
+                                        false, std::move(counted), ChatStreamParser(rendered)});
     res.set_header("Cache-Control", "no-cache");
     res.set_chunked_content_provider("text/event-stream", [stream, chat](std::size_t,
                                                                          httplib::DataSink& sink) {
@@ -225,8 +280,12 @@ void ServerState::generate(const httplib::Request& req, httplib::Response& res, 
                     lp = chat ? chat_logprobs({*event.piece.logprobs})
                               : completion_logprobs({*event.piece.logprobs});
                 }
-                json delta = chat ? json{{"content", event.piece.text}} : json(event.piece.text);
-                out += sse(s.reply.chunk(std::move(delta), nullptr, lp));
+                if (!chat) {
+                    out += sse(s.reply.chunk(event.piece.text, nullptr, lp));
+                } else if (const ChatDelta d = s.parser.push(event.piece.text);
+                           !d.empty() || !lp.is_null()) {
+                    out += sse(s.reply.chunk(delta_json(d), nullptr, lp));
+                }
             }
         } else {
             const Generation& gen = event.completion->generation;
@@ -234,8 +293,14 @@ void ServerState::generate(const httplib::Request& req, httplib::Response& res, 
             if (gen.error) {
                 out += sse(http_error(*gen.error).body());
             } else {
+                bool tool_calls = false;
+                if (chat) {
+                    if (const ChatDelta d = s.parser.finish(); !d.empty())
+                        out += sse(s.reply.chunk(delta_json(d), nullptr, nullptr));
+                    tool_calls = !s.parser.message().tool_calls.empty();
+                }
                 out += sse(s.reply.chunk(chat ? json::object() : json(""),
-                                         finish_name(gen.finish_reason), nullptr));
+                                         finish_name(gen.finish_reason, tool_calls), nullptr));
                 if (s.include_usage) {
                     json u = s.reply.envelope(chat ? "chat.completion.chunk" : "text_completion");
                     u["choices"] = json::array();

@@ -156,9 +156,102 @@ void parse_common(const json& body, const RequestLimits& limits, GenerationReque
         o.ignore_eos = boolean(*v, "ignore_eos");
     if (const json* v = optional_field(body, "cache_prompt"))
         o.reuse_prefix = boolean(*v, "cache_prompt");
-    if (const json* v = optional_field(body, "tools"); v && !(v->is_array() && v->empty()))
-        reject("tools", "tool calling is not supported by this server yet",
-               "unsupported_parameter");
+}
+
+const json& object_field(const json& parent, const char* name, const std::string& where) {
+    const json* v = optional_field(parent, name);
+    if (!v)
+        reject(where + "." + name, fmt::format("'{}' is required", name),
+               "missing_required_parameter");
+    if (!v->is_object())
+        reject(where + "." + name, fmt::format("'{}' must be an object", name), "invalid_type");
+    return *v;
+}
+
+std::string required_string(const json& parent, const char* name, const std::string& where) {
+    const json* v = optional_field(parent, name);
+    if (!v)
+        reject(where + "." + name, fmt::format("'{}' is required", name),
+               "missing_required_parameter");
+    return string_field(*v, where + "." + name);
+}
+
+void require_function_type(const json& item, const std::string& where) {
+    const json* type = optional_field(item, "type");
+    if (type && string_field(*type, where + ".type") != "function")
+        reject(where + ".type", "only 'function' is supported");
+}
+
+// tools, tool_choice and parallel_tool_calls. Tool names and schemas are checked again, with the
+// same rules, when the template renders them.
+void parse_tools(const json& body, ChatRenderOptions& render) {
+    if (const json* tools = optional_field(body, "tools")) {
+        if (!tools->is_array()) reject("tools", "'tools' must be an array", "invalid_type");
+        for (std::size_t i = 0; i < tools->size(); ++i) {
+            const json& t = (*tools)[i];
+            const std::string where = fmt::format("tools[{}]", i);
+            if (!t.is_object()) reject(where, "each tool must be an object", "invalid_type");
+            require_function_type(t, where);
+            const json& f = object_field(t, "function", where);
+            ToolDefinition tool;
+            tool.name = required_string(f, "name", where + ".function");
+            if (const json* d = optional_field(f, "description"))
+                tool.description = string_field(*d, where + ".function.description");
+            if (const json* p = optional_field(f, "parameters")) {
+                if (!p->is_object())
+                    reject(where + ".function.parameters",
+                           "'parameters' must be a JSON schema object", "invalid_type");
+                tool.parameters = p->dump();
+            }
+            render.tools.push_back(std::move(tool));
+        }
+    }
+    render.parallel_tool_calls = true;  // OpenAI's default
+    if (const json* v = optional_field(body, "parallel_tool_calls"))
+        render.parallel_tool_calls = boolean(*v, "parallel_tool_calls");
+    const json* choice = optional_field(body, "tool_choice");
+    if (!choice) return;
+    if (choice->is_string()) {
+        const std::string c = choice->get<std::string>();
+        if (c == "auto")
+            render.tool_choice = ToolChoice::automatic;
+        else if (c == "none")
+            render.tool_choice = ToolChoice::none;
+        else if (c == "required")
+            render.tool_choice = ToolChoice::required;
+        else
+            reject("tool_choice", "must be auto, none, required or a function");
+    } else if (choice->is_object()) {
+        require_function_type(*choice, "tool_choice");
+        render.forced_tool = required_string(object_field(*choice, "function", "tool_choice"),
+                                             "name", "tool_choice.function");
+        render.tool_choice = ToolChoice::required;
+    } else {
+        reject("tool_choice", "'tool_choice' must be a string or an object", "invalid_type");
+    }
+    if (render.tool_choice == ToolChoice::required && render.tools.empty())
+        reject("tool_choice", "a required tool call needs 'tools'");
+}
+
+// An assistant message's earlier calls: [{id, type, function: {name, arguments}}].
+std::vector<ToolCall> message_tool_calls(const json& calls, const std::string& where) {
+    if (!calls.is_array()) reject(where, "'tool_calls' must be an array", "invalid_type");
+    std::vector<ToolCall> out;
+    for (std::size_t i = 0; i < calls.size(); ++i) {
+        const json& c = calls[i];
+        const std::string at = fmt::format("{}[{}]", where, i);
+        if (!c.is_object()) reject(at, "each tool call must be an object", "invalid_type");
+        require_function_type(c, at);
+        const json& f = object_field(c, "function", at);
+        ToolCall call;
+        call.id = required_string(c, "id", at);
+        call.name = required_string(f, "name", at + ".function");
+        call.arguments = required_string(f, "arguments", at + ".function");
+        if (!json::accept(call.arguments))
+            reject(at + ".function.arguments", "'arguments' must be JSON text");
+        out.push_back(std::move(call));
+    }
+    return out;
 }
 
 std::string message_content(const json& content, const std::string& name) {
@@ -246,10 +339,32 @@ GenerationRequest parse_chat(const json& body, const RequestLimits& limits) {
             reject(where + ".content", "'content' is required", "missing_required_parameter");
         }
         if (const json* v = optional_field(m, "name")) msg.name = string_field(*v, "name");
-        if (const json* v = optional_field(m, "tool_call_id"))
-            msg.tool_call_id = string_field(*v, "tool_call_id");
+        if (msg.role == "tool") msg.tool_call_id = required_string(m, "tool_call_id", where);
+        if (msg.role == "assistant") {
+            if (const json* v = optional_field(m, "tool_calls"))
+                msg.tool_calls = message_tool_calls(*v, where + ".tool_calls");
+            if (const json* v = optional_field(m, "reasoning_content"))
+                msg.reasoning_content = string_field(*v, where + ".reasoning_content");
+        }
         out.messages.push_back(std::move(msg));
     }
+    parse_tools(body, out.render);
+    if (const json* v = optional_field(body, "chat_template_kwargs")) {
+        if (!v->is_object())
+            reject("chat_template_kwargs", "'chat_template_kwargs' must be an object",
+                   "invalid_type");
+        for (const auto& [name, value] : v->items()) {
+            if (name == "enable_thinking")
+                out.render.enable_thinking = boolean(value, "chat_template_kwargs.enable_thinking");
+            out.render.template_variables[name] = value.dump();
+        }
+    }
+    const SamplingParams& s = out.engine.options.sampling;
+    if (!out.render.tools.empty() && out.render.tool_choice != ToolChoice::none &&
+        (!s.grammar.empty() || !s.json_schema.empty()))
+        reject(s.grammar.empty() ? "response_format" : "grammar",
+               "tool calls follow their own grammar; drop 'tools' or set tool_choice 'none' to "
+               "constrain the answer");
     return out;
 }
 

@@ -31,6 +31,7 @@ struct GenerationRequest {
     std::string prompt_text;  // or engine.prompt when the prompt was token ids
     // /v1/chat/completions
     std::vector<ChatMessage> messages;
+    ChatRenderOptions render;  // tools and tool_choice
 };
 
 // Parses the body text; invalid JSON is a 400 like any other bad field.

@@ -75,6 +75,8 @@ Result<std::unique_ptr<Server>> Server::create(const Model& model, Engine& engin
     s.http.set_payload_max_length(options.max_body_bytes);
     s.http.set_read_timeout(std::chrono::seconds(60));
     s.http.set_write_timeout(std::chrono::seconds(60));
+    // Streamed tokens are small writes; Nagle would hold each until the previous one is acked.
+    s.http.set_tcp_nodelay(true);
     s.register_routes();
     return std::unique_ptr<Server>(new Server(std::move(state)));
 }

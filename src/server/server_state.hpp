@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "llamapp/chat.hpp"
+#include "llamapp/chat_stream.hpp"
 #include "llamapp/server.hpp"
 #include "server/http_error.hpp"
 #include "server/openai_request.hpp"

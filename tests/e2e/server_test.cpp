@@ -57,6 +57,29 @@ std::vector<std::string> sse_events(const std::string& body) {
     return out;
 }
 
+// One tool with a small argument space, so a random model closes its call quickly.
+json weather_tool() {
+    return json::array(
+        {{{"type", "function"},
+          {"function",
+           {{"name", "get_weather"},
+            {"description", "Weather in a city"},
+            {"parameters",
+             {{"type", "object"},
+              {"properties", {{"city", {{"type", "string"}, {"enum", {"Paris", "Rome"}}}}}},
+              {"required", {"city"}}}}}}}});
+}
+
+// A request whose reply must be a call of get_weather (thinking off: a random model's thinking
+// block never ends).
+json forced_call_body() {
+    json body = chat_body(48);
+    body["tools"] = weather_tool();
+    body["tool_choice"] = {{"type", "function"}, {"function", {{"name", "get_weather"}}}};
+    body["chat_template_kwargs"] = {{"enable_thinking", false}};
+    return body;
+}
+
 class Server : public ::testing::Test {
   protected:
     static void SetUpTestSuite() {
@@ -200,6 +223,57 @@ TEST_F(Server, StreamedChatIsWellFramedServerSentEvents) {
     EXPECT_EQ(finishes, 1);
 }
 
+TEST_F(Server, ForcedToolCallWhole) {
+    auto r = server_->client().Post("/v1/chat/completions", forced_call_body().dump(),
+                                    "application/json");
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    const json choice = json::parse(r->body)["choices"][0];
+    const json& message = choice["message"];
+    EXPECT_TRUE(message["content"].is_null()) << message;
+    ASSERT_EQ(message["tool_calls"].size(), 1u) << message;
+    const json& call = message["tool_calls"][0];
+    EXPECT_EQ(call["type"], "function");
+    EXPECT_TRUE(call["id"].get<std::string>().starts_with("call_"));
+    EXPECT_EQ(call["function"]["name"], "get_weather");
+    const json args = json::parse(call["function"]["arguments"].get<std::string>());
+    EXPECT_TRUE(args["city"] == "Paris" || args["city"] == "Rome") << args;
+    EXPECT_TRUE(choice["finish_reason"] == "tool_calls" || choice["finish_reason"] == "length");
+}
+
+TEST_F(Server, ForcedToolCallStreamedAsDeltas) {
+    json body = forced_call_body();
+    body["stream"] = true;
+    auto r = server_->client().Post("/v1/chat/completions", body.dump(), "application/json");
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    auto events = sse_events(r->body);
+    ASSERT_GE(events.size(), 3u);
+    EXPECT_EQ(events.back(), "data: [DONE]");
+    std::string arguments, id, name, finish;
+    for (std::size_t i = 0; i + 1 < events.size(); ++i) {
+        const json choice = json::parse(events[i].substr(6))["choices"][0];
+        if (!choice["finish_reason"].is_null()) finish = choice["finish_reason"];
+        const json& delta = choice["delta"];
+        EXPECT_TRUE(!delta.contains("content") || delta["content"] == "") << delta;
+        if (!delta.contains("tool_calls")) continue;
+        for (const auto& c : delta["tool_calls"]) {
+            EXPECT_EQ(c["index"], 0);
+            if (c.contains("id")) {
+                EXPECT_TRUE(id.empty()) << "the call is announced once";
+                id = c["id"];
+                name = c["function"]["name"];
+                EXPECT_EQ(c["type"], "function");
+            }
+            arguments += c["function"]["arguments"].get<std::string>();
+        }
+    }
+    EXPECT_TRUE(id.starts_with("call_"));
+    EXPECT_EQ(name, "get_weather");
+    EXPECT_TRUE(json::accept(arguments)) << arguments;
+    EXPECT_TRUE(finish == "tool_calls" || finish == "length") << finish;
+}
+
 TEST_F(Server, BadRequestsGetTypedErrorsAndTheServerKeepsServing) {
     struct Case {
         std::string path;
@@ -266,6 +340,31 @@ TEST_F(Server, BadRequestsGetTypedErrorsAndTheServerKeepsServing) {
         {cc, chat({{"stream_options", 5}}), 400},
         {cc, chat({{"model", "gpt-4"}}), 404},
         {cc, chat({{"tools", {{{"type", "function"}}}}}), 400},
+        {cc, chat({{"tools", "get_weather"}}), 400},
+        {cc, chat({{"tools", {{{"type", "retrieval"}, {"function", {{"name", "f"}}}}}}}), 400},
+        {cc, chat({{"tools", {{{"function", {{"name", "bad name"}}}}}}}), 400},
+        {cc, chat({{"tools", {{{"function", {{"name", "f"}, {"parameters", "x"}}}}}}}), 400},
+        {cc, chat({{"tools", {{{"function", {{"name", "f"}, {"parameters", {1}}}}}}}}), 400},
+        {cc, chat({{"tools", weather_tool()}, {"tool_choice", "always"}}), 400},
+        {cc, chat({{"tools", weather_tool()}, {"tool_choice", 1}}), 400},
+        {cc, chat({{"tool_choice", "required"}}), 400},
+        {cc,
+         chat({{"tools", weather_tool()},
+               {"tool_choice", {{"type", "function"}, {"function", {{"name", "nope"}}}}}}),
+         400},
+        {cc, chat({{"tools", weather_tool()}, {"parallel_tool_calls", "yes"}}), 400},
+        {cc, chat({{"tools", weather_tool()}, {"response_format", {{"type", "json_object"}}}}),
+         400},
+        {cc, chat({{"chat_template_kwargs", {{"enable_thinking", "no"}}}}), 400},
+        {cc, with_messages({{{"role", "tool"}, {"content", "sunny"}}}), 400},
+        {cc,
+         with_messages(
+             {{{"role", "assistant"},
+               {"tool_calls",
+                {{{"id", "c1"},
+                  {"function", {{"name", "get_weather"}, {"arguments", "{not json"}}}}}}}}),
+         400},
+        {cc, with_messages({{{"role", "assistant"}, {"tool_calls", {{{"id", "c1"}}}}}}), 400},
         {cc, chat({{"session", 5}}), 400},
         {cc, chat({{"cache_prompt", "no"}}), 400},
         {cc, std::string(70000, ' '), 413},
@@ -379,6 +478,53 @@ TEST(ServerAuth, ApiKeyGuardsEverythingButHealth) {
     auto r = c.Post("/v1/chat/completions", chat_body(2).dump(), "application/json");
     ASSERT_TRUE(r);
     EXPECT_EQ(r->status, 200) << r->body;
+}
+
+TEST(ServerOptions, ListensOnAUnixSocket) {
+    llamapp::test::TempDir dir;
+    const std::string path = (dir.path() / "llamapp.sock").string();
+    ServerProcess server({"-m", qwen, "-c", "512", "-t", "2", "--unix-socket", path});
+    httplib::Client c(path);
+    c.set_address_family(AF_UNIX);
+    auto models = c.Get("/v1/models");
+    ASSERT_TRUE(models);
+    EXPECT_EQ(models->status, 200);
+    auto r = c.Post("/v1/chat/completions", chat_body(2).dump(), "application/json");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200) << r->body;
+    EXPECT_EQ(server.port(), 0);  // no TCP listener
+}
+
+TEST(ServerOptions, CorsOnlyForListedOrigins) {
+    ServerProcess server(
+        {"-m", qwen, "-c", "512", "-t", "2", "--cors-origin", "https://app.example"});
+    auto c = server.client();
+    // Preflight from the listed origin.
+    auto pre = c.Options("/v1/chat/completions",
+                         httplib::Headers{{"Origin", "https://app.example"},
+                                          {"Access-Control-Request-Method", "POST"}});
+    ASSERT_TRUE(pre);
+    EXPECT_EQ(pre->status, 204);
+    EXPECT_EQ(pre->get_header_value("Access-Control-Allow-Origin"), "https://app.example");
+    EXPECT_NE(pre->get_header_value("Access-Control-Allow-Headers").find("Authorization"),
+              std::string::npos);
+    auto listed = c.Get("/v1/models", httplib::Headers{{"Origin", "https://app.example"}});
+    ASSERT_TRUE(listed);
+    EXPECT_EQ(listed->get_header_value("Access-Control-Allow-Origin"), "https://app.example");
+    // Any other origin gets no CORS headers, so browsers refuse to read the answer.
+    auto other = c.Get("/v1/models", httplib::Headers{{"Origin", "https://evil.example"}});
+    ASSERT_TRUE(other);
+    EXPECT_FALSE(other->has_header("Access-Control-Allow-Origin"));
+    auto other_pre = c.Options("/v1/models", httplib::Headers{{"Origin", "https://evil.example"}});
+    ASSERT_TRUE(other_pre);
+    EXPECT_FALSE(other_pre->has_header("Access-Control-Allow-Origin"));
+}
+
+TEST(ServerOptions, CorsIsOffByDefault) {
+    ServerProcess server({"-m", qwen, "-c", "512", "-t", "2"});
+    auto r = server.client().Get("/v1/models", httplib::Headers{{"Origin", "https://app.example"}});
+    ASSERT_TRUE(r);
+    EXPECT_FALSE(r->has_header("Access-Control-Allow-Origin"));
 }
 
 TEST(ServerLoad, QueueFullIs429WithRetryAfter) {

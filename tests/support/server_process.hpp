@@ -38,17 +38,19 @@ class ServerProcess {
         }
         ::close(err[1]);
         err_ = err[0];
-        // The listening line names the port.
+        // The listening line names the port (or the unix socket).
         const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-        while (port_ == 0 && std::chrono::steady_clock::now() < until) {
+        bool listening = false;
+        while (!listening && std::chrono::steady_clock::now() < until) {
             if (!read_some(200)) {
                 if (exited()) break;
                 continue;
             }
             const auto at = log_.find("http://127.0.0.1:");
             if (at != std::string::npos) port_ = std::stoi(log_.substr(at + 17));
+            listening = port_ != 0 || log_.find("serving on unix socket") != std::string::npos;
         }
-        if (port_ == 0) throw std::runtime_error("the server did not start:\n" + log_);
+        if (!listening) throw std::runtime_error("the server did not start:\n" + log_);
     }
     ServerProcess(const ServerProcess&) = delete;
     ServerProcess& operator=(const ServerProcess&) = delete;

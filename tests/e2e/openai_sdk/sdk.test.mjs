@@ -115,6 +115,113 @@ test("response_format json_schema gives parseable, valid JSON", async () => {
   assert.ok(Number.isInteger(parsed.value));
 });
 
+// Small argument spaces let a random-weight model finish its call; the template's grammar forces
+// the call itself. Thinking is off because a random model's thinking block never ends.
+const tools = [
+  {
+    type: "function",
+    function: {
+      name: "get_weather",
+      description: "Current weather in a city",
+      parameters: {
+        type: "object",
+        properties: { city: { type: "string", enum: ["Paris", "Rome"] } },
+        required: ["city"],
+      },
+    },
+  },
+  {
+    type: "function",
+    function: {
+      name: "get_time",
+      description: "Local time",
+      parameters: { type: "object", properties: { utc: { type: "boolean" } }, required: ["utc"] },
+    },
+  },
+];
+const noThinking = { chat_template_kwargs: { enable_thinking: false } };
+
+test("tools: a call forced by name", async () => {
+  const r = await client.chat.completions.create({
+    model: modelId,
+    messages: [{ role: "user", content: "What is the weather in Rome?" }],
+    tools,
+    tool_choice: { type: "function", function: { name: "get_weather" } },
+    max_tokens: 48,
+    temperature: 0,
+    ...noThinking,
+  });
+  const message = r.choices[0].message;
+  assert.equal(message.tool_calls.length, 1);
+  const call = message.tool_calls[0];
+  assert.equal(call.type, "function");
+  assert.equal(call.function.name, "get_weather");
+  assert.match(call.id, /^call_/);
+  assert.ok(["Paris", "Rome"].includes(JSON.parse(call.function.arguments).city));
+  assert.ok(["tool_calls", "length"].includes(r.choices[0].finish_reason));
+
+  // The result goes back as a tool message and the conversation continues.
+  const next = await client.chat.completions.create({
+    model: modelId,
+    messages: [
+      { role: "user", content: "What is the weather in Rome?" },
+      message,
+      { role: "tool", tool_call_id: call.id, content: "sunny, 24 C" },
+    ],
+    tools,
+    tool_choice: "none",
+    max_tokens: 4,
+    ...noThinking,
+  });
+  assert.equal(typeof next.choices[0].message.content, "string");
+  assert.equal(next.choices[0].message.tool_calls, undefined);
+});
+
+test("tools: a required call, streamed", async () => {
+  const stream = await client.chat.completions.create({
+    model: modelId,
+    messages: [{ role: "user", content: "What time is it?" }],
+    tools: [tools[1]],
+    tool_choice: "required",
+    parallel_tool_calls: false,
+    max_tokens: 48,
+    temperature: 0,
+    stream: true,
+    ...noThinking,
+  });
+  const calls = [];
+  let finish = null;
+  for await (const chunk of stream) {
+    const choice = chunk.choices[0];
+    if (choice.finish_reason) finish = choice.finish_reason;
+    for (const d of choice.delta.tool_calls ?? []) {
+      if (!calls[d.index]) calls[d.index] = { id: d.id, name: d.function.name, arguments: "" };
+      calls[d.index].arguments += d.function.arguments ?? "";
+    }
+  }
+  assert.equal(calls.length, 1);
+  assert.equal(calls[0].name, "get_time");
+  assert.match(calls[0].id, /^call_/);
+  assert.equal(typeof JSON.parse(calls[0].arguments).utc, "boolean");
+  assert.ok(["tool_calls", "length"].includes(finish));
+});
+
+test("tools: the SDK's stream helper assembles the call", async () => {
+  const runner = client.chat.completions.stream({
+    model: modelId,
+    messages: [{ role: "user", content: "Weather in Paris?" }],
+    tools,
+    tool_choice: { type: "function", function: { name: "get_weather" } },
+    max_tokens: 48,
+    temperature: 0,
+    ...noThinking,
+  });
+  const done = await runner.finalChatCompletion();
+  const call = done.choices[0].message.tool_calls[0];
+  assert.equal(call.function.name, "get_weather");
+  assert.ok(["Paris", "Rome"].includes(JSON.parse(call.function.arguments).city));
+});
+
 test("embeddings as floats and base64", async () => {
   const floats = await client.embeddings.create({ model: modelId, input: ["hello", "world"], encoding_format: "float" });
   assert.equal(floats.data.length, 2);
@@ -139,6 +246,15 @@ test("errors surface as the SDK's typed errors", async () => {
   );
   const wrongKey = new OpenAI({ apiKey: "wrong", baseURL: client.baseURL, maxRetries: 0 });
   await assert.rejects(wrongKey.models.list(), (e) => e instanceof OpenAI.AuthenticationError);
+  await assert.rejects(
+    client.chat.completions.create({
+      model: modelId,
+      messages: [{ role: "user", content: "x" }],
+      tools,
+      tool_choice: { type: "function", function: { name: "missing" } },
+    }),
+    (e) => e instanceof OpenAI.BadRequestError && e.param === "tool_choice",
+  );
   await assert.rejects(
     client.completions.create({ model: modelId, prompt: "x", max_tokens: 4, temperature: 9 }),
     (e) => e instanceof OpenAI.BadRequestError && e.param === "temperature",
