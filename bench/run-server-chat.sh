@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Chat scenarios through HTTP, `llamapp serve` next to llama-server from the same tree (same
 # model, slots, threads, context; ChatML for both, bench/chatgen.py as the client):
-#   multi-turn  8 conversations of 4 turns on 4 slots, 300-word system prompts, every turn
-#               resending the history; llamapp gets each conversation's `session` id.
+#   multi-turn  8 conversations of 4 turns at once on 4 slots, 1,000-word (~1,300-token) system
+#               prompts and 20-word user turns, every turn resending the history (32-token
+#               replies); llamapp gets each conversation's `session` id.
 #   restart     one ~2,000-token conversation, then a server restart, then the same
 #               conversation again; llamapp with --cache-disk, llama-server as it comes.
 #   bench/run-server-chat.sh [--rounds N] [-t N]
@@ -29,10 +30,10 @@ start() {  # name [extra args...]
   local name=$1; shift
   port=$((port + 1))
   if [ "$name" = llamapp ]; then
-    "$build/bin/llamapp" serve -m "$model" -t "$threads" -c 8192 --parallel "$slots" \
+    "$build/bin/llamapp" serve -m "$model" -t "$threads" -c 16384 --parallel "$slots" \
       --port "$port" --log-level none "$@" 2>>"$results.log" &
   else
-    "$build/bin/llama-server" -m "$model" -t "$threads" -c 8192 -np "$slots" -kvu \
+    "$build/bin/llama-server" -m "$model" -t "$threads" -c 16384 -np "$slots" -kvu \
       --chat-template chatml --port "$port" --no-webui "$@" >/dev/null 2>&1 &
   fi
   pid=$!
@@ -52,7 +53,7 @@ for r in $(seq 1 "$rounds"); do
     session=(); [ "$s" = llamapp ] && session=(--session)
     start "$s"
     record "$s" multiturn "$r" "$(python3 "$root/bench/chatgen.py" multiturn --port "$port" \
-      --conversations 8 --turns 4 --seed "$r" "${session[@]}")"
+      --conversations 8 --turns 4 --system-words 1000 --user-words 20 --seed "$r" "${session[@]}")"
     stop
 
     extra=(); [ "$s" = llamapp ] && { rm -rf "$cache/kv"; extra=(--cache-disk "$cache/kv"); }

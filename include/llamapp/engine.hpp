@@ -42,6 +42,12 @@ struct EngineOptions {
     std::size_t max_queued_requests = 64;     // accepted but not yet in a slot (>= 1)
     std::size_t max_queued_tokens = 1 << 20;  // prompt tokens of the waiting requests
     int prefill_chunk = 512;                  // most prompt tokens one sequence gets per decode
+    // llama.cpp's CPU flash attention runs its fast tiled kernel only for a ubatch of at least
+    // 64 query rows; fewer rows take a per-row path that, deep in a long cache, costs more than
+    // recomputing dozens of tokens. So a prompt's last chunk is kept at this many tokens or more,
+    // and when a reused prefix leaves fewer to compute, cached tokens are given back to make up
+    // the rows. 0 = off; ignored without flash attention or with GPUs in the process.
+    int min_prefill_rows = 64;
     std::shared_ptr<BatchStrategy> strategy;  // null = decode_maximal()
     bool prefix_reuse = true;                 // live prefix reuse and cross-slot adoption
     // A slot whose cached prefix covers less than this share of a prompt is not preferred over

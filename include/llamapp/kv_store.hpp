@@ -31,9 +31,12 @@ struct SavePolicy {
     // A prompt is saved at its prefill boundary when at least this many of its tokens were
     // computed from scratch; the boundary is `boundary_trim_tokens` before the prompt's end,
     // rounded down to a multiple of `boundary_align_tokens`, so that a re-rendered or extended
-    // prompt still lands on the entry on models that restore exact boundaries only.
+    // prompt still lands on the entry on models that restore exact boundaries only. The default
+    // trim of 64 also keeps the prompt's last chunk at 64 tokens or more: llama.cpp's CPU flash
+    // attention takes its fast tiled path only for 64 query rows or more, and a short tail chunk
+    // deep in a long prompt costs as much as hundreds of prompt tokens.
     int prefill_min_tokens = 1024;
-    int boundary_trim_tokens = 32;
+    int boundary_trim_tokens = 64;
     int boundary_align_tokens = 64;
     std::uint64_t max_entry_bytes = 0;  // 0 = as large as the quotas allow
     // A stored prefix is restored only when it is at least this long and beats the live cache.

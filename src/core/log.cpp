@@ -55,7 +55,9 @@ void llama_log_callback(ggml_log_level level, const char* text, void*) {
             ours = LogLevel::debug;
             break;
         case GGML_LOG_LEVEL_INFO:
-            ours = LogLevel::info;
+            // Model metadata, buffer sizes and the like: some 160 lines per load, which would
+            // bury a server's own info lines. Visible at debug.
+            ours = LogLevel::debug;
             break;
         case GGML_LOG_LEVEL_WARN:
             ours = LogLevel::warning;

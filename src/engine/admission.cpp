@@ -168,6 +168,23 @@ void Scheduler::admit() {
     }
 }
 
+// A short prefill after a long reused prefix would run llama.cpp's slow per-row attention (see
+// EngineOptions::min_prefill_rows), whose cost grows with the depth of the cache; giving back
+// cached tokens buys the tiled kernel. Shallow caches are left alone (the slow path is cheap
+// there), and so is a single row, which takes the decode kernel.
+void Scheduler::widen_short_prefill(Slot& slot, std::size_t prompt_size, CacheInfo& cache) {
+    constexpr std::size_t deep = 512;
+    const std::size_t rows = prefill_rows_;
+    const std::size_t reused = slot.cached.size();
+    if (rows == 0 || reused < deep || !modes_.trim_tail) return;
+    const std::size_t left = prompt_size - reused;
+    if (left < 2 || left >= rows) return;
+    const std::size_t keep = prompt_size - rows;
+    if (!llama_memory_seq_rm(state_.memory(), slot.seq, static_cast<llama_pos>(keep), -1)) return;
+    slot.cached.resize(keep);
+    cache.reused_tokens = static_cast<int>(keep);
+}
+
 void Scheduler::start_running(Slot& slot, std::unique_ptr<Pending> pending) {
     const auto now = Clock::now();
     const std::vector<Token>& prompt = pending->request.prompt;
@@ -238,6 +255,8 @@ void Scheduler::start_running(Slot& slot, std::unique_ptr<Pending> pending) {
         cache.reused_tokens = 0;
         cache.source = ReuseSource::none;
     }
+
+    widen_short_prefill(slot, prompt.size(), cache);
 
     slot.scope = pending->request.cache_scope;
     auto r = std::make_unique<Running>();

@@ -41,6 +41,9 @@ Result<void> validate(const EngineOptions& o) {
     if (!(o.min_prefix_similarity >= 0 && o.min_prefix_similarity <= 1))
         return fail(ErrorCode::invalid_argument, "min_prefix_similarity must be in [0, 1]",
                     "min_prefix_similarity");
+    if (o.min_prefill_rows < 0)
+        return fail(ErrorCode::invalid_argument, "min_prefill_rows must be >= 0",
+                    "min_prefill_rows");
     if (o.min_adopt_tokens < 0)
         return fail(ErrorCode::invalid_argument, "min_adopt_tokens must be >= 0",
                     "min_adopt_tokens");

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/log_internal.hpp"
+#include "llamapp/backend.hpp"
 
 namespace llamapp::detail {
 
@@ -16,6 +17,11 @@ Scheduler::Scheduler(Context context, EngineOptions options, EngineMetrics metri
       persistence_(std::move(persistence)),
       n_ctx_seq_(static_cast<int>(llama_n_ctx_seq(state_.ctx.get()))),
       n_batch_(static_cast<int>(llama_n_batch(state_.ctx.get()))),
+      // The slow path is the CPU backend's flash attention; GPUs and plain attention differ.
+      prefill_rows_(options_.context.flash_attn != FlashAttention::off &&
+                            offload_device_count() == 0
+                        ? static_cast<std::size_t>(std::max(0, options_.min_prefill_rows))
+                        : 0),
       inbox_(std::make_shared<Inbox>()),
       batch_(n_batch_) {
     if (!options_.strategy) options_.strategy = decode_maximal();

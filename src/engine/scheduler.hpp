@@ -126,6 +126,7 @@ class Scheduler {
     void start_running(Slot& slot, std::unique_ptr<Pending> pending);
     std::size_t usable_prefix(const Slot& from, const EngineRequest& request) const;
     bool window_intact(const Slot& slot, std::size_t reused) const;
+    void widen_short_prefill(Slot& slot, std::size_t prompt_size, CacheInfo& cache);
     void clear_sequence(Slot& slot);
     // KV store: restore a prefetched entry into `slot` (false leaves the slot empty); save a
     // sequence's state when the policy asks and the store does not hold it yet.
@@ -151,6 +152,7 @@ class Scheduler {
     const Persistence persistence_;
     const int n_ctx_seq_;
     const int n_batch_;
+    const std::size_t prefill_rows_;  // EngineOptions::min_prefill_rows where it applies, else 0
     std::shared_ptr<Inbox> inbox_;
     std::atomic<std::uint64_t> last_id_{0};
     CancellationToken stop_decoding_;  // aborts a decode in flight at shutdown

@@ -274,6 +274,29 @@ TEST_F(Server, ForcedToolCallStreamedAsDeltas) {
     EXPECT_TRUE(finish == "tool_calls" || finish == "length") << finish;
 }
 
+TEST_F(Server, StreamedReasoningAndAnswerMatchTheWholeReply) {
+    // Qwen3 with thinking on: the reply opens a thinking block, which the parser splits out.
+    json body = chat_body(24);
+    auto whole = server_->client().Post("/v1/chat/completions", body.dump(), "application/json");
+    ASSERT_TRUE(whole);
+    ASSERT_EQ(whole->status, 200) << whole->body;
+    const json message = json::parse(whole->body)["choices"][0]["message"];
+    body["stream"] = true;
+    auto r = server_->client().Post("/v1/chat/completions", body.dump(), "application/json");
+    ASSERT_TRUE(r);
+    std::string reasoning, content;
+    for (const auto& event : sse_events(r->body)) {
+        if (event == "data: [DONE]") continue;
+        const json j = json::parse(event.substr(6));
+        const json& delta = j["choices"][0]["delta"];
+        if (delta.contains("reasoning_content")) reasoning += delta["reasoning_content"];
+        if (delta.contains("content")) content += delta["content"];
+    }
+    EXPECT_EQ(reasoning, message.value("reasoning_content", ""));
+    EXPECT_EQ(content, message["content"].get<std::string>());
+    EXPECT_FALSE(reasoning.empty() && content.empty());
+}
+
 TEST_F(Server, BadRequestsGetTypedErrorsAndTheServerKeepsServing) {
     struct Case {
         std::string path;

@@ -92,6 +92,36 @@ TEST(Engine, EveryStrategyProducesTheSameGreedyText) {
     }
 }
 
+TEST(Engine, ShortPromptTailsAfterADeepPrefixAreWidenedToOneTile) {
+    const Model& m = test::stories_model();
+    Engine e = engine(options(1));
+    // A deep prompt: the story prompts over and over, 600 tokens.
+    std::vector<Token> deep = encode(m, kPrompts[2]);
+    while (deep.size() < 600) {
+        const auto more = encode(m, " " + kPrompts[deep.size() % kPrompts.size()]);
+        deep.insert(deep.end(), more.begin() + 1, more.end());
+    }
+    deep.resize(600);
+    drain(*e.submit(request(deep, 1)));
+    // Ten more tokens: computing them alone would take the slow attention path, so 64 are.
+    std::vector<Token> next = deep;
+    const auto more = encode(m, " and they played all day long in the sun");
+    next.insert(next.end(), more.begin() + 1, more.begin() + 11);
+    auto warm = drain(*e.submit(request(next, 8)));
+    EXPECT_EQ(warm.completion.cache.source, ReuseSource::same_slot);
+    EXPECT_EQ(warm.completion.cache.reused_tokens, static_cast<int>(next.size()) - 64);
+    EXPECT_EQ(warm.completion.generation.tokens, solo(next, 8));
+
+    // Off: only the new tokens are computed.
+    EngineOptions o = options(1);
+    o.min_prefill_rows = 0;
+    Engine plain = engine(o);
+    drain(*plain.submit(request(deep, 1)));
+    auto exact = drain(*plain.submit(request(next, 8)));
+    EXPECT_EQ(exact.completion.cache.reused_tokens, 600);
+    EXPECT_EQ(exact.completion.generation.tokens, warm.completion.generation.tokens);
+}
+
 TEST(Engine, PrefixReuseInTheSameSlotMatchesCold) {
     const Model& m = test::stories_model();
     Engine e = engine(options(2));
