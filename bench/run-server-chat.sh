@@ -4,6 +4,8 @@
 #   multi-turn  8 conversations of 4 turns at once on 4 slots, 1,000-word (~1,300-token) system
 #               prompts and 20-word user turns, every turn resending the history (32-token
 #               replies); llamapp gets each conversation's `session` id.
+#   deep        one user alone: a ~1,600-token system prompt, then 5 turns of 12-word messages
+#               and 8-token replies (the short-turn-on-a-long-history case).
 #   restart     one ~2,000-token conversation, then a server restart, then the same
 #               conversation again; llamapp with --cache-disk, llama-server as it comes.
 #   bench/run-server-chat.sh [--rounds N] [-t N]
@@ -56,6 +58,12 @@ for r in $(seq 1 "$rounds"); do
       --conversations 8 --turns 4 --system-words 1000 --user-words 20 --seed "$r" "${session[@]}")"
     stop
 
+    start "$s"
+    record "$s" deep "$r" "$(python3 "$root/bench/chatgen.py" multiturn --port "$port" \
+      --conversations 1 --turns 5 --system-words 1200 --user-words 12 --max-tokens 8 \
+      --seed "$r" "${session[@]}")"
+    stop
+
     extra=(); [ "$s" = llamapp ] && { rm -rf "$cache/kv"; extra=(--cache-disk "$cache/kv"); }
     start "$s" "${extra[@]}"
     cold=$(python3 "$root/bench/chatgen.py" once --port "$port" --seed "$r" "${long[@]}")
@@ -80,6 +88,11 @@ for label, key in [("multi-turn wall s (8 conversations x 4 turns)", "wall_s"),
                    ("multi-turn TTFT p50 ms, first turns", "first_ttft_p50_ms")]:
     a = med("llama-server", "multiturn", lambda x: x[key])
     b = med("llamapp", "multiturn", lambda x: x[key])
+    print(f"| {label} | {a:.1f} | {b:.1f} | {a/b:.2f}x |")
+for label, key in [("deep: wall s (5 turns)", "wall_s"),
+                   ("deep: TTFT p50 ms, turns 2-5", "later_ttft_p50_ms")]:
+    a = med("llama-server", "deep", lambda x: x[key])
+    b = med("llamapp", "deep", lambda x: x[key])
     print(f"| {label} | {a:.1f} | {b:.1f} | {a/b:.2f}x |")
 for label, key in [("restart: TTFT ms, first run", "cold"),
                    ("restart: TTFT ms, same chat after restart", "after_restart")]:

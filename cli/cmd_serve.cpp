@@ -22,6 +22,7 @@ struct ServeFlags {
     ServerOptions server;
     int slots = 4;
     std::size_t max_queue = 64;
+    int min_prefill_rows = EngineOptions{}.min_prefill_rows;
     std::string api_key_file;
     std::string chat_template_file;
     int timeout_s = 600;
@@ -51,6 +52,11 @@ Runner add_serve(CLI::App& app) {
     cmd->add_option("--cors-origin", s.cors_origins, "allow this browser origin (repeatable)");
     cmd->add_option("--max-queue", flags->max_queue, "requests waiting for a slot before 429")
         ->capture_default_str();
+    cmd->add_option("--min-prefill-rows", flags->min_prefill_rows,
+                    "widen short prompt chunks to this many tokens for the CPU's fast attention "
+                    "kernel (0 = off)")
+        ->capture_default_str()
+        ->check(CLI::NonNegativeNumber);
     cmd->add_option("--max-body-bytes", s.max_body_bytes, "largest request body")
         ->capture_default_str();
     cmd->add_option("--max-prompt-tokens", s.max_prompt_tokens, "0 = the context size");
@@ -104,6 +110,7 @@ Runner add_serve(CLI::App& app) {
         // -c is the whole cache, as in llama-server; on the unified cache any slot may use all.
         eo.context.n_seq_max = flags->slots;
         eo.max_queued_requests = flags->max_queue;
+        eo.min_prefill_rows = flags->min_prefill_rows;
         eo.kv_store = *store;
         auto engine = Engine::create(*model, eo);
         if (!engine) return report(engine.error());

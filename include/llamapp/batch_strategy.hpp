@@ -37,8 +37,10 @@ class BatchStrategy {
                       std::span<int> take) = 0;
 };
 
-// Default: every running stream gets its token first, prompts share what is left. Streams never
-// wait more than one decode call behind a long prompt.
+// Default: every running stream gets its token first, then about one prefill chunk of prompt
+// (the streams' tokens included), oldest prompt first. Calls stay one ubatch long, so streams
+// never wait long behind prompts, and a burst of prompts gets its first tokens one after
+// another rather than all at the end (16 prompts at once: TTFT p50 halved).
 std::shared_ptr<BatchStrategy> decode_maximal();
 // Prompts first (best throughput for batch jobs), streams fill what is left.
 std::shared_ptr<BatchStrategy> prefill_priority();

@@ -44,7 +44,12 @@ class DecodeMaximal final : public BatchStrategy {
     void plan(std::span<const SequenceDemand> demand, const BatchBudget& budget,
               std::span<int> take) override {
         const int left = take_decodes(demand, budget.max_tokens, take);
-        take_prefills(demand, left, budget.prefill_chunk, take);
+        // About one chunk of prompt per call, oldest prompt first, the streams' tokens included
+        // (so a call is one ubatch when the chunk is n_ubatch): calls stay short for the
+        // streams, and a burst of prompts finishes one after another instead of all at the end.
+        const int decodes = budget.max_tokens - left;
+        const int prompt_rows = std::max(budget.prefill_chunk - decodes, budget.prefill_chunk / 2);
+        take_prefills(demand, std::min(left, prompt_rows), budget.prefill_chunk, take);
     }
 };
 

@@ -48,19 +48,20 @@ void Scheduler::plan_rows() {
     for (std::size_t i = 0; i < demand_.size(); ++i) {
         int most =
             demand_[i].decoding ? 1 : std::min(demand_[i].prefill_left, budget.prefill_chunk);
-        // Leave a last chunk of at least prefill_rows_ (or nothing): a short one would take
-        // llama.cpp's slow attention path (EngineOptions::min_prefill_rows).
-        const int rows = static_cast<int>(prefill_rows_);
-        if (!demand_[i].decoding && rows > 0) {
-            const int rest = demand_[i].prefill_left - most;
-            if (rest > 0 && rest < rows && most - (rows - rest) >= rows) most -= rows - rest;
-        }
         // A prefill save needs the cache to hold exactly the boundary: the chunk stops there.
         const Running& r = *slots_[static_cast<std::size_t>(demand_[i].slot)].running;
         if (!demand_[i].decoding && r.save_at > r.next_prompt)
             most = std::min(most, static_cast<int>(r.save_at - r.next_prompt));
-        take_[i] = std::clamp(take_[i], 0, std::min(most, budget.max_tokens - total));
-        total += take_[i];
+        int& take = take_[i];
+        take = std::clamp(take, 0, std::min(most, budget.max_tokens - total));
+        // Leave a rest of the prompt of at least prefill_rows_ (or none): a short last chunk
+        // would take llama.cpp's slow attention path (EngineOptions::min_prefill_rows).
+        const int rows = static_cast<int>(prefill_rows_);
+        if (!demand_[i].decoding && rows > 0 && take > 0) {
+            const int rest = demand_[i].prefill_left - take;
+            if (rest > 0 && rest < rows && take - (rows - rest) >= rows) take -= rows - rest;
+        }
+        total += take;
     }
     if (total == 0) {
         std::fill(take_.begin(), take_.end(), 0);
