@@ -350,7 +350,9 @@ Result<ChatPrompt> ChatTemplate::render(const std::vector<ChatMessage>& messages
         return fail(ErrorCode::template_error, "chat template rendered an empty prompt");
     prompt.stop = params->additional_stops;
     if (!params->grammar.empty()) {
-        const bool must_call = options.tool_choice == ToolChoice::required;
+        const bool must_call =
+            options.tool_choice == ToolChoice::required ||
+            (!options.forced_tool.empty() && options.tool_choice != ToolChoice::none);
         prompt.tool_grammar.gbnf =
             must_call ? without_text_before_calls(params->grammar) : params->grammar;
         prompt.tool_grammar.lazy = params->grammar_lazy;

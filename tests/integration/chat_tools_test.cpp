@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <regex>
+
 #include "llamapp/chat_stream.hpp"
 #include "support/stories.hpp"
 
@@ -91,6 +93,18 @@ TEST(ChatTools, TheTemplateDescribesTheToolsAndDerivesAGrammar) {
     EXPECT_FALSE(one->tool_grammar.lazy);
     EXPECT_NE(one->tool_grammar.gbnf.find("get_time"), std::string::npos);
     EXPECT_EQ(one->tool_grammar.gbnf.find("get_weather"), std::string::npos);
+    // The call is the reply: no free text may run before it.
+    const std::string& g = one->tool_grammar.gbnf;
+    const std::size_t root = g.find("root ::= ");
+    ASSERT_NE(root, std::string::npos);
+    const std::string root_rule = g.substr(root, g.find('\n', root) - root);
+    EXPECT_FALSE(std::regex_search(root_rule, std::regex(R"( until-[0-9]+\? )"))) << root_rule;
+    // Naming the tool is enough; the choice need not also say "required".
+    ChatRenderOptions named = forced("get_time");
+    named.tool_choice = ToolChoice::automatic;
+    auto same = tmpl->render({{.role = "user", .content = "hi"}}, named);
+    ASSERT_TRUE(same);
+    EXPECT_EQ(same->tool_grammar.gbnf, g);
 }
 
 TEST(ChatTools, ARequiredCallIsTheReply) {
