@@ -16,13 +16,9 @@ import random
 import threading
 import time
 
-WORDS = ("time river mountain light garden story window music paper winter city friend ocean "
-         "forest morning silver letter journey bridge market shadow voice dream stone field "
-         "history engine number circle evening island kitchen teacher village machine").split()
-
-
-def words(rng, n):
-    return " ".join(rng.choice(WORDS) for _ in range(n))
+# One word list, text maker and percentile for both load generators.
+from loadgen import percentile
+from loadgen import prompt as words
 
 
 def stream_chat(host, port, body):
@@ -50,15 +46,6 @@ def stream_chat(host, port, body):
                     ttft = time.perf_counter() - start
     conn.close()
     return (ttft if ttft is not None else time.perf_counter() - start), "".join(text), usage
-
-
-def percentile(values, p):
-    values = sorted(values)
-    if not values:
-        return 0.0
-    k = (len(values) - 1) * p
-    lo, hi = int(k), min(int(k) + 1, len(values) - 1)
-    return values[lo] + (values[hi] - values[lo]) * (k - lo)
 
 
 def request_body(messages, args, session):

@@ -52,6 +52,8 @@ def one_request(host, port, body):
 
 def percentile(values, p):
     values = sorted(values)
+    if not values:
+        return 0.0
     k = (len(values) - 1) * p
     lo, hi = int(k), min(int(k) + 1, len(values) - 1)
     return values[lo] + (values[hi] - values[lo]) * (k - lo)

@@ -9,13 +9,7 @@ using namespace llamapp;
 namespace {
 
 const Model& qwen3() {
-    static Model model = [] {
-        set_log_level(LogLevel::none);
-        auto m = Model::load(test::generated_model("qwen3-tiny.gguf"));
-        if (!m) throw std::runtime_error(m.error().describe());
-        return std::move(*m);
-    }();
-    return model;
+    return test::qwen3_model();
 }
 
 int count_control(const Tokenizer& tok, const std::vector<Token>& tokens) {

@@ -14,13 +14,7 @@ using json = nlohmann::json;
 namespace {
 
 const Model& qwen3() {
-    static Model model = [] {
-        set_log_level(LogLevel::none);
-        auto m = Model::load(test::generated_model("qwen3-tiny.gguf"));
-        if (!m) throw std::runtime_error(m.error().describe());
-        return std::move(*m);
-    }();
-    return model;
+    return test::qwen3_model();
 }
 
 // Small argument spaces so a random model finishes its call quickly.

@@ -18,6 +18,17 @@ inline const Model& stories_model() {
     return model;
 }
 
+// The generated Qwen3 model: a real Qwen2 tokenizer and Qwen3's chat template, random weights.
+inline const Model& qwen3_model() {
+    static Model model = [] {
+        set_log_level(LogLevel::none);
+        auto m = Model::load(generated_model("qwen3-tiny.gguf"));
+        if (!m) throw std::runtime_error(m.error().describe());
+        return std::move(*m);
+    }();
+    return model;
+}
+
 inline Context stories_context(std::int64_t n_ctx = 512) {
     ContextOptions o;
     o.n_ctx = n_ctx;
