@@ -3,9 +3,12 @@
 #include <benchmark/benchmark.h>
 
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <string>
 
 #include "core/stop_strings.hpp"
+#include "llamapp/chat_stream.hpp"
 #include "llamapp/llamapp.hpp"
 
 using namespace llamapp;
@@ -62,6 +65,43 @@ void BM_TokenizeParagraph(benchmark::State& state) {
     state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * text.size()));
 }
 BENCHMARK(BM_TokenizeParagraph);
+
+const Model* qwen_vocab_model() {
+    static std::optional<Model> model = [] {
+        set_log_level(LogLevel::none);
+        ModelOptions o;
+        o.vocab_only = true;
+        auto m = Model::load(LLAMAPP_BENCH_QWEN_VOCAB, o);
+        return m ? std::optional<Model>(std::move(*m)) : std::nullopt;
+    }();
+    return model ? &*model : nullptr;
+}
+
+// A whole streamed reply of `range(0)` pieces through the chat parser (Qwen3's template, which
+// splits reasoning from the answer), parsing at most `range(1)` percent of the time (100: after
+// every piece): the per-reply cost of streaming deltas on the HTTP thread.
+void BM_ChatStreamReply(benchmark::State& state) {
+    const Model* m = qwen_vocab_model();
+    if (!m) return state.SkipWithError("qwen vocab model missing");
+    std::ifstream file(LLAMAPP_BENCH_QWEN_TEMPLATE);
+    std::stringstream source;
+    source << file.rdbuf();
+    auto tmpl = ChatTemplate::create(*m, source.str());
+    if (!tmpl) return state.SkipWithError("template does not parse");
+    auto prompt = tmpl->render({{.role = "user", .content = "Tell me a story."}});
+    if (!prompt) return state.SkipWithError("template does not render");
+    const auto pieces = state.range(0);
+    for (auto _ : state) {
+        ChatStreamParser parser(*prompt, static_cast<double>(state.range(1)) / 100.0);
+        parser.push("<think>\nLet me think.\n</think>\n\n");
+        for (std::int64_t i = 0; i < pieces; ++i) benchmark::DoNotOptimize(parser.push(" word"));
+        benchmark::DoNotOptimize(parser.finish());
+    }
+    state.SetItemsProcessed(state.iterations() * pieces);
+}
+BENCHMARK(BM_ChatStreamReply)
+    ->ArgsProduct({{256, 1024, 4096}, {100, 5}})
+    ->Unit(benchmark::kMillisecond);
 
 }  // namespace
 

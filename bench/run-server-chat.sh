@@ -19,33 +19,16 @@ while [ $# -gt 0 ]; do
     *) echo "unknown option: $1" >&2; exit 2 ;;
   esac
 done
-"$root/scripts/setup.sh"
-build=${LLAMAPP_BUILD_DIR:-$root/build}
-cmake --build "$build" --target llamapp-cli bench-model llama-server >&2
-model="$build/models/bench-125m-q4_0.gguf"
-pid=""
-results=$(mktemp)
+source "$root/bench/servers.sh"
 cache=$(mktemp -d)
 trap '[ -n "$pid" ] && kill "$pid" 2>/dev/null || true; rm -rf "$cache"' EXIT
-
-start() {  # name [extra args...]
-  local name=$1; shift
-  port=$((port + 1))
-  if [ "$name" = llamapp ]; then
-    "$build/bin/llamapp" serve -m "$model" -t "$threads" -c 16384 --parallel "$slots" \
-      --port "$port" --log-level none "$@" 2>>"$results.log" &
-  else
-    "$build/bin/llama-server" -m "$model" -t "$threads" -c 16384 -np "$slots" -kvu \
-      --chat-template chatml --port "$port" --no-webui "$@" >/dev/null 2>&1 &
-  fi
-  pid=$!
-  for _ in $(seq 1 600); do
-    curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && return 0
-    sleep 0.1
-  done
-  echo "$name did not start" >&2; exit 1
+start() {  # name [extra args...]: ChatML on both (llamapp reads it from the model)
+  local name=$1
+  shift
+  [ "$name" = llama-server ] && set -- --chat-template chatml "$@"
+  server_start "$name" 16384 "$slots" "$@"
 }
-stop() { kill "$pid"; wait "$pid" 2>/dev/null || true; pid=""; }
+stop() { server_stop; }
 record() { echo "{\"server\": \"$1\", \"scenario\": \"$2\", \"round\": $3, \"result\": $4}" | tee -a "$results" >&2; }
 
 long=(--system-words 1200 --turns 3 --user-words 40 --max-tokens 16)

@@ -5,7 +5,7 @@
 #   bench/run-server.sh [--rounds N] [-t N] [--clients "1 4 16"] [--max-tokens N]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-rounds=3 threads=2 clients_list="1 4 16" max_tokens=64 port=18300
+rounds=3 threads=2 clients_list="1 4 16" max_tokens=64
 while [ $# -gt 0 ]; do
   case "$1" in
     --rounds) rounds=$2; shift 2 ;;
@@ -15,42 +15,19 @@ while [ $# -gt 0 ]; do
     *) echo "unknown option: $1" >&2; exit 2 ;;
   esac
 done
-"$root/scripts/setup.sh"
-build=${LLAMAPP_BUILD_DIR:-$root/build}
-cmake --build "$build" --target llamapp-cli bench-model llama-server >&2
-model="$build/models/bench-125m-q4_0.gguf"
-pid=""
-results=$(mktemp)
+source "$root/bench/servers.sh"
 trap '[ -n "$pid" ] && kill "$pid" 2>/dev/null || true' EXIT
-
-start() {  # name slots
-  port=$((port + 1))  # a fresh port each time: no wait for the previous listener's sockets
-  local ctx=$((4096 > $2 * 256 ? 4096 : $2 * 256))
-  if [ "$1" = llamapp ]; then
-    "$build/bin/llamapp" serve -m "$model" -t "$threads" -c "$ctx" --parallel "$2" \
-      --port "$port" --log-level none --max-queue 256 2>>"$results.log" &
-  else
-    "$build/bin/llama-server" -m "$model" -t "$threads" -c "$ctx" -np "$2" -kvu \
-      --port "$port" --no-webui >/dev/null 2>&1 &
-  fi
-  pid=$!
-  for _ in $(seq 1 600); do
-    curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && return 0
-    sleep 0.1
-  done
-  echo "$1 did not start" >&2; exit 1
-}
-stop() { kill "$pid"; wait "$pid" 2>/dev/null || true; pid=""; }
 
 for r in $(seq 1 "$rounds"); do
   for n in $clients_list; do
     requests=$(( n >= 16 ? 2 : (n >= 4 ? 4 : 8) ))
     order="llamapp llama-server"; [ $((r % 2)) -eq 0 ] && order="llama-server llamapp"
     for s in $order; do
-      start "$s" "$n"
+      server_start "$s" $((4096 > n * 256 ? 4096 : n * 256)) "$n" \
+        $([ "$s" = llamapp ] && echo --max-queue 256)
       line=$(python3 "$root/bench/loadgen.py" --port "$port" --clients "$n" --requests "$requests" \
              --max-tokens "$max_tokens" --seed "$r")
-      stop
+      server_stop
       echo "{\"server\": \"$s\", \"round\": $r, \"result\": $line}" | tee -a "$results" >&2
     done
   done

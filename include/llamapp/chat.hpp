@@ -89,8 +89,11 @@ class ChatTemplate {
 
     // Splits raw model output into answer, reasoning and tool calls per the format `prompt`
     // was rendered with. Output the format cannot parse is returned whole as content. Tool
-    // calls the format gives no id get a fresh random one.
-    static ChatMessage parse(const std::string& output, const ChatPrompt& prompt);
+    // calls the format gives no id get a fresh random one. A reply cut short (`complete`
+    // false: max_tokens or the context ran out) is read as the beginning of a reply, so a tool
+    // call it ends inside stays a tool call with the arguments generated so far.
+    static ChatMessage parse(const std::string& output, const ChatPrompt& prompt,
+                             bool complete = true);
 
     const std::string& source() const;
 

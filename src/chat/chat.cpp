@@ -406,11 +406,14 @@ Result<void> ChatPrompt::constrain(GenerateOptions& options) const {
     return {};
 }
 
-ChatMessage ChatTemplate::parse(const std::string& output, const ChatPrompt& prompt) {
+ChatMessage ChatTemplate::parse(const std::string& output, const ChatPrompt& prompt,
+                                bool complete) {
     std::optional<ChatMessage> parsed;
-    if (prompt.parse_state) parsed = detail::parse_reply(*prompt.parse_state, output, false);
+    if (prompt.parse_state) parsed = detail::parse_reply(*prompt.parse_state, output, !complete);
     // Random or unexpected output is still an answer; show it as it came.
     if (!parsed) return {.role = "assistant", .content = output};
+    // A call cut off before its name ended is of no use to anyone.
+    std::erase_if(parsed->tool_calls, [](const ToolCall& call) { return call.name.empty(); });
     for (auto& call : parsed->tool_calls) {
         if (call.id.empty()) call.id = detail::new_tool_call_id();
     }
@@ -427,7 +430,8 @@ Result<ChatResult> chat(Context& context, const ChatTemplate& chat_template,
     auto generation = context.stream(std::span<const Token>(prompt->tokens), generate, on_piece);
     if (!generation) return std::unexpected(generation.error());
     ChatResult result;
-    result.message = ChatTemplate::parse(generation->text, *prompt);
+    result.message = ChatTemplate::parse(generation->text, *prompt,
+                                         generation->finish_reason == FinishReason::stop);
     result.generation = std::move(*generation);
     return result;
 }

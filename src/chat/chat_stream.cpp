@@ -1,5 +1,7 @@
 #include "llamapp/chat_stream.hpp"
 
+#include <algorithm>
+
 #include "chat/chat_state.hpp"
 
 namespace llamapp {
@@ -15,7 +17,8 @@ std::string growth(const std::string& before, const std::string& now) {
 
 }  // namespace
 
-ChatStreamParser::ChatStreamParser(const ChatPrompt& prompt) : state_(prompt.parse_state) {}
+ChatStreamParser::ChatStreamParser(const ChatPrompt& prompt, double max_parse_share)
+    : state_(prompt.parse_state), max_parse_share_(std::clamp(max_parse_share, 1e-9, 1.0)) {}
 
 ChatDelta ChatStreamParser::push(std::string_view piece) {
     if (piece.empty()) return {};
@@ -24,14 +27,19 @@ ChatDelta ChatStreamParser::push(std::string_view piece) {
         reported_.content.append(piece);
         return {.content = std::string(piece)};
     }
+    using clock = std::chrono::steady_clock;
+    const clock::time_point start = clock::now();
+    if (start < next_parse_) return {};  // reported with a later piece, or by finish()
     const auto parsed = detail::parse_reply(*state_, raw_, /*partial=*/true);
+    const std::chrono::duration<double> spent = clock::now() - start;
+    next_parse_ = start + std::chrono::duration_cast<clock::duration>(spent / max_parse_share_);
     if (!parsed) return {};  // not parseable yet; more text may settle it
     return advance(*parsed, false);
 }
 
-ChatDelta ChatStreamParser::finish() {
+ChatDelta ChatStreamParser::finish(bool complete) {
     std::optional<ChatMessage> parsed;
-    if (state_) parsed = detail::parse_reply(*state_, raw_, /*partial=*/false);
+    if (state_) parsed = detail::parse_reply(*state_, raw_, /*partial=*/!complete);
     if (!parsed) parsed = ChatMessage{.role = "assistant", .content = raw_};
     return advance(*parsed, true);
 }

@@ -221,7 +221,8 @@ void ServerState::generate(const httplib::Request& req, httplib::Response& res, 
         json out = reply.envelope(chat ? "chat.completion" : "text_completion");
         json choice = {{"index", 0}, {"finish_reason", finish_name(gen.finish_reason)}};
         if (chat) {
-            const ChatMessage parsed = ChatTemplate::parse(gen.text, rendered);
+            const ChatMessage parsed =
+                ChatTemplate::parse(gen.text, rendered, gen.finish_reason == FinishReason::stop);
             choice["finish_reason"] = finish_name(gen.finish_reason, !parsed.tool_calls.empty());
             choice["message"] = message_json(parsed);
             choice["logprobs"] = g.logprobs ? chat_logprobs(gen.logprobs) : json(nullptr);
@@ -295,7 +296,8 @@ void ServerState::generate(const httplib::Request& req, httplib::Response& res, 
             } else {
                 bool tool_calls = false;
                 if (chat) {
-                    if (const ChatDelta d = s.parser.finish(); !d.empty())
+                    const bool complete = gen.finish_reason == FinishReason::stop;
+                    if (const ChatDelta d = s.parser.finish(complete); !d.empty())
                         out += sse(s.reply.chunk(delta_json(d), nullptr, nullptr));
                     tool_calls = !s.parser.message().tool_calls.empty();
                 }

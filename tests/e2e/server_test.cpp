@@ -274,6 +274,57 @@ TEST_F(Server, ForcedToolCallStreamedAsDeltas) {
     EXPECT_TRUE(finish == "tool_calls" || finish == "length") << finish;
 }
 
+TEST_F(Server, ACallCutByMaxTokensStaysACall) {
+    auto post = [](const json& body) {
+        auto r = server_->client().Post("/v1/chat/completions", body.dump(), "application/json");
+        EXPECT_TRUE(r && r->status == 200) << (r ? r->body : "no response");
+        return r ? r->body : std::string();
+    };
+    const json full = json::parse(post(forced_call_body()))["choices"][0]["message"];
+    ASSERT_EQ(full["tool_calls"].size(), 1u) << full;
+    const std::string full_args = full["tool_calls"][0]["function"]["arguments"];
+
+    // Greedy output is the same each time, so max_tokens = k cuts the same reply after k tokens:
+    // wherever the cut falls, the reply is a call (or nothing yet), never markup shown as text.
+    json body = forced_call_body();
+    int cut_inside_arguments = 0;
+    std::string cut_args;
+    for (int k = 1; k < 40; k += 2) {
+        body["max_tokens"] = k;
+        const json choice = json::parse(post(body))["choices"][0];
+        ASSERT_EQ(choice["finish_reason"], "length") << k;
+        const json& message = choice["message"];
+        EXPECT_TRUE(message["content"].is_null() || message["content"] == "")
+            << k << ": " << message;
+        if (!message.contains("tool_calls")) continue;
+        ASSERT_EQ(message["tool_calls"].size(), 1u) << k << ": " << message;
+        const json& call = message["tool_calls"][0]["function"];
+        EXPECT_EQ(call["name"], "get_weather") << k;
+        const std::string args = call["arguments"];
+        EXPECT_TRUE(full_args.starts_with(args)) << k << ": " << args << " of " << full_args;
+        if (!args.empty() && args.size() < full_args.size() && cut_inside_arguments == 0) {
+            cut_inside_arguments = k;
+            cut_args = args;
+        }
+    }
+    ASSERT_GT(cut_inside_arguments, 0);
+
+    // Streamed, the same cut gives the same call and no text at the end.
+    body["max_tokens"] = cut_inside_arguments;
+    body["stream"] = true;
+    const auto events = sse_events(post(body));
+    std::string streamed_args, content;
+    for (std::size_t i = 0; i + 1 < events.size(); ++i) {
+        const json delta = json::parse(events[i].substr(6))["choices"][0]["delta"];
+        if (delta.contains("content") && delta["content"].is_string()) content += delta["content"];
+        if (!delta.contains("tool_calls")) continue;
+        for (const auto& c : delta["tool_calls"])
+            streamed_args += c["function"]["arguments"].get<std::string>();
+    }
+    EXPECT_EQ(content, "");
+    EXPECT_EQ(streamed_args, cut_args);
+}
+
 TEST_F(Server, StreamedReasoningAndAnswerMatchTheWholeReply) {
     // Qwen3 with thinking on: the reply opens a thinking block, which the parser splits out.
     json body = chat_body(24);

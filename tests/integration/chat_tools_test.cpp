@@ -245,3 +245,62 @@ TEST(ChatTools, BadToolDefinitionsAreTypedErrors) {
     ASSERT_FALSE(constrained);
     EXPECT_EQ(constrained.error().code, ErrorCode::invalid_argument);
 }
+
+TEST(ChatTools, ACallCutShortStaysACall) {
+    const Forced f = generate_forced("get_weather");
+    const std::string& text = f.generation.text;
+    const std::size_t args = text.find("\"city\"");
+    ASSERT_NE(args, std::string::npos) << text;
+    const std::string cut = text.substr(0, args + 4);  // max_tokens ended inside the arguments
+
+    const ChatMessage m = ChatTemplate::parse(cut, f.prompt, /*complete=*/false);
+    EXPECT_TRUE(m.content.empty()) << m.content;
+    ASSERT_EQ(m.tool_calls.size(), 1u) << cut;
+    EXPECT_EQ(m.tool_calls[0].name, "get_weather");
+    const std::string whole = ChatTemplate::parse(text, f.prompt).tool_calls.at(0).arguments;
+    EXPECT_TRUE(whole.starts_with(m.tool_calls[0].arguments)) << m.tool_calls[0].arguments;
+
+    // Streamed, the end of a cut reply adds no markup as text after the call's deltas.
+    ChatStreamParser parser(f.prompt);
+    std::string content;
+    for (std::size_t i = 0; i < cut.size(); i += 2)
+        content += parser.push(cut.substr(i, 2)).content;
+    content += parser.finish(/*complete=*/false).content;
+    EXPECT_TRUE(content.empty()) << content;
+    ASSERT_EQ(parser.message().tool_calls.size(), 1u);
+    EXPECT_EQ(parser.message().tool_calls[0].name, "get_weather");
+
+    // Cut before the name ended: nothing usable, and no markup shown either.
+    const std::string early = text.substr(0, text.find("get_weather") + 5);
+    const ChatMessage none = ChatTemplate::parse(early, f.prompt, /*complete=*/false);
+    EXPECT_TRUE(none.tool_calls.empty()) << none.tool_calls[0].name;
+    EXPECT_EQ(none.content.find("tool_call"), std::string::npos) << none.content;
+}
+
+TEST(ChatTools, AThrottledStreamAddsUpToTheSameReply) {
+    auto tmpl = ChatTemplate::create(qwen3());
+    ASSERT_TRUE(tmpl);
+    auto prompt = tmpl->render({{.role = "user", .content = "2+2?"}}, {.enable_thinking = true});
+    ASSERT_TRUE(prompt);
+    std::string reply = "<think>\nadd them\n</think>\n\n";
+    for (int i = 0; i < 200; ++i) reply += " four";
+
+    // Practically no parsing time allowed: the first piece is parsed, the rest wait for finish.
+    ChatStreamParser parser(*prompt, /*max_parse_share=*/1e-9);
+    std::string reasoning, content;
+    int reports = 0;
+    for (std::size_t i = 0; i < reply.size(); i += 5) {
+        const ChatDelta d = parser.push(reply.substr(i, 5));
+        reports += d.empty() ? 0 : 1;
+        reasoning += d.reasoning_content;
+        content += d.content;
+    }
+    const ChatDelta last = parser.finish();
+    reasoning += last.reasoning_content;
+    content += last.content;
+    EXPECT_LE(reports, 1);
+    const ChatMessage whole = ChatTemplate::parse(reply, *prompt);
+    EXPECT_EQ(reasoning, whole.reasoning_content);
+    EXPECT_EQ(content, whole.content);
+    EXPECT_EQ(parser.message().content, whole.content);
+}
