@@ -73,14 +73,36 @@ nlohmann::json to_json(const Completion& c) {
     return out;
 }
 
-int run_chat(Context& context, const RunFlags& flags, GenerateOptions options) {
+// One line on stderr after the output: tokens, where the prompt's KV came from, speeds.
+void print_summary(const Completion& done) {
+    std::fflush(stdout);  // after the text, also when stdout is a pipe
+    const Generation& g = done.generation;
+    std::string cache = "cold";
+    if (done.cache.reused_tokens > 0) {
+        cache = fmt::format("{} cached ({}{}{})", done.cache.reused_tokens,
+                            to_string(done.cache.source), done.cache.tier.empty() ? "" : ": ",
+                            done.cache.tier);
+    }
+    std::fprintf(stderr,
+                 "[%d prompt tokens, %s, %d generated, ttft %.1f ms, prefill %.1f tok/s, decode "
+                 "%.1f tok/s, %s]\n",
+                 g.usage.prompt_tokens, cache.c_str(), g.usage.completion_tokens, g.timings.ttft_ms,
+                 g.timings.prefill_tokens_per_s, g.timings.decode_tokens_per_s,
+                 std::string(to_string(g.finish_reason)).c_str());
+}
+
+// Each turn resends the whole conversation to the engine under one session, so the sequence
+// keeps the history's KV and a turn computes only its new tokens (with --cache-disk the system
+// prompt stays warm across runs too).
+int run_chat(Engine& engine, const Model& model, const RunFlags& flags,
+             const GenerateOptions& options) {
     std::string override_source;
     if (!flags.chat_template_file.empty()) {
         auto text = read_text_file(flags.chat_template_file, "--chat-template-file");
         if (!text) return report(text.error());
         override_source = *text;
     }
-    auto tmpl = ChatTemplate::create(context.model(), override_source);
+    auto tmpl = ChatTemplate::create(model, override_source);
     if (!tmpl) return report(tmpl.error());
     std::vector<ChatMessage> history;
     if (!flags.system.empty()) history.push_back({.role = "system", .content = flags.system});
@@ -98,22 +120,39 @@ int run_chat(Context& context, const RunFlags& flags, GenerateOptions options) {
         history.push_back({.role = "user", .content = line});
         CancellationToken cancel;
         g_interrupt = &cancel;
-        options.cancel = cancel;
-        auto result =
-            chat(context, *tmpl, history, {.generate = options}, [](const StreamPiece& p) {
-                std::fwrite(p.text.data(), 1, p.text.size(), stdout);
-                std::fflush(stdout);
-                return true;
-            });
+        EngineRequest request;
+        request.options = options;
+        request.options.cancel = cancel;
+        request.session = "chat";
+        auto submission = engine.submit_chat(*tmpl, history, std::move(request));
+        std::optional<Completion> done;
+        if (submission) {
+            EngineEvent event;
+            while (submission->handle.next(event)) {
+                if (event.final) {
+                    done = std::move(event.completion);
+                } else {
+                    std::fwrite(event.piece.text.data(), 1, event.piece.text.size(), stdout);
+                    std::fflush(stdout);
+                }
+            }
+        }
         g_interrupt = nullptr;
         std::fputc('\n', stdout);
-        if (!result) {
+        const Generation* reply = done ? &done->generation : nullptr;
+        if (!reply || reply->error) {
             history.pop_back();
-            report(result.error());
+            if (!submission)
+                report(submission.error());
+            else if (reply)
+                report(*reply->error);
             continue;
         }
-        history.push_back(result->message);
+        print_summary(*done);
+        history.push_back(ChatTemplate::parse(reply->text, submission->prompt,
+                                              reply->finish_reason == FinishReason::stop));
     }
+    engine.shutdown();  // saves per the policy and waits for the writes
     return 0;
 }
 
@@ -165,12 +204,6 @@ Runner add_run(CLI::App& app) {
         auto model = load_model(flags->common);
         if (!model) return report(model.error());
         std::signal(SIGINT, on_sigint);
-        if (flags->chat) {
-            auto context = Context::create(*model, *ctx_options);
-            if (!context) return report(context.error());
-            return run_chat(*context, *flags, options);
-        }
-
         // One slot of an engine: the same path as the server, with the KV snapshot store, so a
         // prompt run before (in this process or, with --cache-disk, an earlier one) starts warm.
         auto store = open_kv_store(flags->cache);
@@ -181,6 +214,7 @@ Runner add_run(CLI::App& app) {
         engine_options.kv_store = *store;
         auto engine = Engine::create(*model, std::move(engine_options));
         if (!engine) return report(engine.error());
+        if (flags->chat) return run_chat(*engine, *model, *flags, options);
 
         CancellationToken cancel;
         g_interrupt = &cancel;
@@ -211,19 +245,7 @@ Runner add_run(CLI::App& app) {
             std::cout << to_json(*done).dump(2) << "\n";
         } else {
             std::fputc('\n', stdout);
-            const auto& t = result.timings;
-            std::string cache = "cold";
-            if (done->cache.reused_tokens > 0) {
-                cache = fmt::format("{} cached ({}{}{})", done->cache.reused_tokens,
-                                    to_string(done->cache.source),
-                                    done->cache.tier.empty() ? "" : ": ", done->cache.tier);
-            }
-            std::fprintf(stderr,
-                         "[%d prompt tokens, %s, %d generated, ttft %.1f ms, prefill %.1f tok/s, "
-                         "decode %.1f tok/s, %s]\n",
-                         result.usage.prompt_tokens, cache.c_str(), result.usage.completion_tokens,
-                         t.ttft_ms, t.prefill_tokens_per_s, t.decode_tokens_per_s,
-                         std::string(to_string(result.finish_reason)).c_str());
+            print_summary(*done);
         }
         if (result.finish_reason == FinishReason::error) return report(*result.error);
         return 0;

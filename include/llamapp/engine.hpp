@@ -144,8 +144,9 @@ class Engine {
     Result<std::vector<RequestHandle>> submit_all(std::vector<EngineRequest> requests);
     // Text prompt, tokenized with request.options.tokenize on the caller's thread.
     Result<RequestHandle> submit(std::string_view prompt, EngineRequest request);
-    // Chat messages rendered and tokenized on the caller's thread; the template's stop strings
-    // are added to the request's.
+    // Chat messages rendered and tokenized on the caller's thread; what the reply needs (the
+    // template's stop strings, a tool-call grammar) is added to the request's options
+    // (ChatPrompt::constrain).
     Result<ChatSubmission> submit_chat(const ChatTemplate& chat_template,
                                        const std::vector<ChatMessage>& messages,
                                        EngineRequest request, const ChatRenderOptions& render = {});

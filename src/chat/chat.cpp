@@ -390,7 +390,8 @@ Result<ChatPrompt> ChatTemplate::render(const std::vector<ChatMessage>& messages
 
 Result<void> ChatPrompt::constrain(GenerateOptions& options) const {
     for (const auto& s : stop) {
-        if (!s.empty()) options.stop.push_back(s);
+        if (!s.empty() && std::ranges::find(options.stop, s) == options.stop.end())
+            options.stop.push_back(s);
     }
     if (!tool_grammar.gbnf.empty()) {
         const SamplingParams& sampling = options.sampling;

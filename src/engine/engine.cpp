@@ -181,10 +181,7 @@ Result<ChatSubmission> Engine::submit_chat(const ChatTemplate& chat_template,
     auto prompt = chat_template.render(messages, render);
     if (!prompt) return std::unexpected(prompt.error());
     request.prompt = prompt->tokens;
-    auto& stop = request.options.stop;
-    for (const auto& s : prompt->stop) {
-        if (std::find(stop.begin(), stop.end(), s) == stop.end()) stop.push_back(s);
-    }
+    if (auto ok = prompt->constrain(request.options); !ok) return std::unexpected(ok.error());
     auto handle = submit(std::move(request));
     if (!handle) return std::unexpected(handle.error());
     return ChatSubmission{std::move(*handle), std::move(*prompt)};

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdio>
+#include <regex>
 #include <string>
 
 #include "support/paths.hpp"
@@ -135,11 +136,24 @@ TEST(Cli, InfoTokenizeEmbedDevices) {
     EXPECT_NE(dev.out.find("cpu"), std::string::npos) << dev.out;
 }
 
+// Each turn sends the history again; the engine session keeps it, so the second turn's prompt
+// is longer and mostly reused.
 TEST(Cli, ChatReplKeepsHistory) {
     CliRun r = run("run --chat -m " + llamapp::test::generated_model("qwen3-tiny.gguf").string() +
                    " -n 4 --temp 0 < <(printf 'hi\\nagain\\n')");
     ASSERT_EQ(r.status, 0) << r.out;
     EXPECT_NE(r.out.find("chat:"), std::string::npos);
+    const std::regex summary(R"(\[(\d+) prompt tokens, (cold|(\d+) cached \(same_slot\)),)");
+    std::vector<std::smatch> turns;
+    for (auto it = std::sregex_iterator(r.out.begin(), r.out.end(), summary);
+         it != std::sregex_iterator(); ++it)
+        turns.push_back(*it);
+    ASSERT_EQ(turns.size(), 2u) << r.out;
+    EXPECT_EQ(turns[0][2], "cold");
+    const int first = std::stoi(turns[0][1]), second = std::stoi(turns[1][1]);
+    EXPECT_GT(second, first);
+    ASSERT_TRUE(turns[1][3].matched) << r.out;
+    EXPECT_GE(std::stoi(turns[1][3]), first);  // the whole first turn, reply included
 }
 
 TEST(Cli, FailedLoadIsExactlyOneLine) {
