@@ -15,14 +15,21 @@ using namespace llamapp;
 
 namespace {
 
+std::optional<Model> load_vocab(const char* path) {
+    set_log_level(LogLevel::none);
+    ModelOptions o;
+    o.vocab_only = true;
+    auto m = Model::load(path, o);
+    return m ? std::optional<Model>(std::move(*m)) : std::nullopt;
+}
+
 const Model* vocab_model() {
-    static std::optional<Model> model = [] {
-        set_log_level(LogLevel::none);
-        ModelOptions o;
-        o.vocab_only = true;
-        auto m = Model::load(LLAMAPP_BENCH_VOCAB, o);
-        return m ? std::optional<Model>(std::move(*m)) : std::nullopt;
-    }();
+    static std::optional<Model> model = load_vocab(LLAMAPP_BENCH_VOCAB);
+    return model ? &*model : nullptr;
+}
+
+const Model* qwen_vocab_model() {
+    static std::optional<Model> model = load_vocab(LLAMAPP_BENCH_QWEN_VOCAB);
     return model ? &*model : nullptr;
 }
 
@@ -65,17 +72,6 @@ void BM_TokenizeParagraph(benchmark::State& state) {
     state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * text.size()));
 }
 BENCHMARK(BM_TokenizeParagraph);
-
-const Model* qwen_vocab_model() {
-    static std::optional<Model> model = [] {
-        set_log_level(LogLevel::none);
-        ModelOptions o;
-        o.vocab_only = true;
-        auto m = Model::load(LLAMAPP_BENCH_QWEN_VOCAB, o);
-        return m ? std::optional<Model>(std::move(*m)) : std::nullopt;
-    }();
-    return model ? &*model : nullptr;
-}
 
 // A whole streamed reply of `range(0)` pieces through the chat parser (Qwen3's template, which
 // splits reasoning from the answer), parsing at most `range(1)` percent of the time (100: after
