@@ -23,6 +23,8 @@ struct ServeFlags {
     int slots = 4;
     std::size_t max_queue = 64;
     int min_prefill_rows = EngineOptions{}.min_prefill_rows;
+    int prefill_chunk = EngineOptions{}.prefill_chunk;
+    std::string batch_strategy = "decode_maximal";
     std::string api_key_file;
     std::string chat_template_file;
     int timeout_s = 600;
@@ -57,6 +59,14 @@ Runner add_serve(CLI::App& app) {
                     "kernel (0 = off)")
         ->capture_default_str()
         ->check(CLI::NonNegativeNumber);
+    cmd->add_option("--prefill-chunk", flags->prefill_chunk,
+                    "most prompt tokens one sequence computes per decode call")
+        ->capture_default_str()
+        ->check(CLI::PositiveNumber);
+    cmd->add_option("--batch-strategy", flags->batch_strategy,
+                    "how a decode call is split between streams and prompts: decode_maximal, "
+                    "prefill_priority or balanced")
+        ->capture_default_str();
     cmd->add_option("--max-body-bytes", s.max_body_bytes, "largest request body")
         ->capture_default_str();
     cmd->add_option("--max-prompt-tokens", s.max_prompt_tokens, "0 = the context size");
@@ -101,6 +111,8 @@ Runner add_serve(CLI::App& app) {
         sigaddset(&signals, SIGTERM);
         pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
+        auto strategy = llamapp::batch_strategy(flags->batch_strategy);
+        if (!strategy) return report(strategy.error());
         auto model = load_model(flags->common);
         if (!model) return report(model.error());
         auto store = open_kv_store(flags->cache);
@@ -111,6 +123,8 @@ Runner add_serve(CLI::App& app) {
         eo.context.n_seq_max = flags->slots;
         eo.max_queued_requests = flags->max_queue;
         eo.min_prefill_rows = flags->min_prefill_rows;
+        eo.prefill_chunk = flags->prefill_chunk;
+        eo.strategy = *strategy;
         eo.kv_store = *store;
         auto engine = Engine::create(*model, eo);
         if (!engine) return report(engine.error());

@@ -48,6 +48,13 @@ struct EngineOptions {
     // and when a reused prefix leaves fewer to compute, cached tokens are given back to make up
     // the rows. 0 = off; ignored without flash attention or with GPUs in the process.
     int min_prefill_rows = 64;
+    // The same kernel skips blocks of cached tokens that no row of a 64-row tile attends to. A
+    // tile that mixes streams' next tokens with a prompt's rows attends to all of their
+    // sequences, so one llama_decode holding both sweeps nearly the whole unified cache; with
+    // this on, a step decodes the streams' tokens and the prompt chunks in two calls (measured:
+    // small prompt chunks deep in a shared cache ran 3-4x faster). Ignored where
+    // min_prefill_rows is.
+    bool separate_prompt_rows = true;
     std::shared_ptr<BatchStrategy> strategy;  // null = decode_maximal()
     bool prefix_reuse = true;                 // live prefix reuse and cross-slot adoption
     // A slot whose cached prefix covers less than this share of a prompt is not preferred over

@@ -89,6 +89,10 @@ struct KvLookup {
     // false: the caller decides later whether it uses the hit and then calls record_hit (an
     // engine that finds a live sequence serving the prompt better does not count a hit).
     bool count_hit = true;
+    // A second look that must not read files (an engine's decode thread, checking whether a
+    // save committed since its first lookup serves more): only entries held in RAM are
+    // considered, and a miss is not counted again.
+    bool ram_only = false;
 };
 
 struct KvEntryInfo {

@@ -152,6 +152,7 @@ void Scheduler::admit() {
         const bool any_idle =
             std::any_of(slots_.begin(), slots_.end(), [](const Slot& s) { return !s.running; });
         if (!any_idle) break;
+        prefetch(**it, /*refresh=*/true);
         if (worth_waiting_for_donor(**it)) {
             ++it;
             continue;

@@ -34,13 +34,19 @@ Result<Persistence> make_persistence(const Model& model, const EngineOptions& op
     return p;
 }
 
-void Scheduler::prefetch(Pending& pending) const {
+void Scheduler::prefetch(Pending& pending, bool refresh) const {
     const EngineRequest& req = pending.request;
     if (!persistence_.store || !options_.prefix_reuse || !req.options.reuse_prefix) return;
     KvLookup lookup = persistence_.lookup;
     lookup.session = req.session;
-    pending.stored =
-        persistence_.store->fetch(persistence_.ns_for(req.cache_scope), req.prompt, lookup);
+    // The refresh runs on the decode thread when the request is about to be admitted: a save
+    // committed while it queued (its conversation's previous turn, typically, saved when that
+    // turn finished) may serve more than what the lookup at submit found. RAM only: no file
+    // reads on this thread.
+    lookup.ram_only = refresh;
+    auto hit = persistence_.store->fetch(persistence_.ns_for(req.cache_scope), req.prompt, lookup);
+    if (hit && (!pending.stored || hit->matched_tokens > pending.stored->matched_tokens))
+        pending.stored = std::move(hit);
 }
 
 bool Scheduler::restore(Slot& slot, const KvHit& hit) {

@@ -7,6 +7,16 @@
 
 namespace llamapp::detail {
 
+namespace {
+
+// The rules for llama.cpp's CPU flash attention kernel (EngineOptions::min_prefill_rows,
+// separate_prompt_rows); GPUs and plain attention behave differently.
+bool cpu_flash_attention(const EngineOptions& options) {
+    return options.context.flash_attn != FlashAttention::off && offload_device_count() == 0;
+}
+
+}  // namespace
+
 Scheduler::Scheduler(Context context, EngineOptions options, EngineMetrics metrics,
                      ReuseModes modes, Persistence persistence)
     : context_(std::move(context)),
@@ -18,10 +28,10 @@ Scheduler::Scheduler(Context context, EngineOptions options, EngineMetrics metri
       n_ctx_seq_(static_cast<int>(llama_n_ctx_seq(state_.ctx.get()))),
       n_batch_(static_cast<int>(llama_n_batch(state_.ctx.get()))),
       // The slow path is the CPU backend's flash attention; GPUs and plain attention differ.
-      prefill_rows_(options_.context.flash_attn != FlashAttention::off &&
-                            offload_device_count() == 0
+      prefill_rows_(cpu_flash_attention(options_)
                         ? static_cast<std::size_t>(std::max(0, options_.min_prefill_rows))
                         : 0),
+      separate_prompt_rows_(cpu_flash_attention(options_) && options_.separate_prompt_rows),
       inbox_(std::make_shared<Inbox>()),
       batch_(n_batch_) {
     if (!options_.strategy) options_.strategy = decode_maximal();

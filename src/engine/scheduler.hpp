@@ -90,7 +90,7 @@ class Scheduler {
     std::uint64_t next_id() { return ++last_id_; }
     void notify(const LifecycleEvent& event) const;
     // Any thread: looks the prompt up in the KV store and loads the best entry into `pending`.
-    void prefetch(Pending& pending) const;
+    void prefetch(Pending& pending, bool refresh = false) const;
 
     // Decode thread: session commands.
     Result<void> fork(const std::string& from, const std::string& to, const std::string& scope);
@@ -152,7 +152,8 @@ class Scheduler {
     const Persistence persistence_;
     const int n_ctx_seq_;
     const int n_batch_;
-    const std::size_t prefill_rows_;  // EngineOptions::min_prefill_rows where it applies, else 0
+    const std::size_t prefill_rows_;   // EngineOptions::min_prefill_rows where it applies, else 0
+    const bool separate_prompt_rows_;  // EngineOptions::separate_prompt_rows where it applies
     std::shared_ptr<Inbox> inbox_;
     std::atomic<std::uint64_t> last_id_{0};
     CancellationToken stop_decoding_;  // aborts a decode in flight at shutdown

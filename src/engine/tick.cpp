@@ -17,6 +17,17 @@ double seconds(Reply::Clock::duration d) {
 void Scheduler::tick() {
     plan_rows();
     if (rows_.empty()) return;
+    if (separate_prompt_rows_) {
+        // Streams' tokens first, in a call of their own (EngineOptions::separate_prompt_rows).
+        const auto prompts = std::stable_partition(rows_.begin(), rows_.end(),
+                                                   [](const Row& row) { return row.decode; });
+        const auto split = static_cast<std::size_t>(prompts - rows_.begin());
+        if (split > 0 && split < rows_.size()) {
+            process_rows(0, split);
+            process_rows(split, rows_.size());
+            return;
+        }
+    }
     process_rows(0, rows_.size());
 }
 

@@ -150,6 +150,7 @@ std::optional<KvHit> KvStore::fetch(const KvNamespace& ns, std::span<const Token
         std::size_t best_m = 0;
         auto consider = [&](Handle h, std::size_t lcp) {
             const StoredEntry& e = s.entries.at(h);
+            if (lookup.ram_only && !e.ram) return;
             auto m = s.usable(e, lcp, prompt.size(), lookup);
             if (!m) return;
             // Longer wins; at equal length a RAM copy beats a file.
@@ -189,7 +190,7 @@ std::optional<KvHit> KvStore::fetch(const KvNamespace& ns, std::span<const Token
             }
         }
         if (best == 0) {
-            s.metrics.misses->inc();
+            if (!lookup.ram_only) s.metrics.misses->inc();
             return std::nullopt;
         }
         StoredEntry& e = s.entries.at(best);
@@ -246,7 +247,7 @@ std::optional<KvHit> KvStore::fetch(const KvNamespace& ns, std::span<const Token
         std::lock_guard lock(s.mutex);
         const Tier& served =
             hit.entry.tier == "ram" ? *s.ram : s.dirs[static_cast<std::size_t>(dir)];
-        served.metrics.restore_seconds->observe(hit.load_ms / 1000.0);
+        if (!lookup.ram_only) served.metrics.restore_seconds->observe(hit.load_ms / 1000.0);
         if (lookup.count_hit) served.metrics.hits->inc();
     }
     if (lookup.count_hit && dir >= 0) update_usage(path, usage_ms, hit.entry.hits);

@@ -140,6 +140,28 @@ TEST_F(EngineKvStore, LiveSequencesComeBeforeTheStore) {
     EXPECT_EQ(store->entries().size(), 1u);
 }
 
+// A request that queued while the entry it needs was still being computed: the lookup at
+// submit found nothing, the one at admission finds the save committed meanwhile.
+TEST_F(EngineKvStore, AQueuedRequestFindsWhatWasSavedWhileItWaited) {
+    auto store = open_store();
+    SavePolicy p = small_policy();
+    p.on_prefill = false;  // only the finish save can serve the prompt
+    Engine e = make_engine(model(), store, p);
+    const auto first = encode(model(), kStoryA + kStoryB);
+    const auto other = encode(model(), kStoryC + kStoryC);
+    const auto extended = concat(first, continuation(kStoryC));
+    auto a = e.submit(request(first, 200));  // long enough for both submits below to queue
+    auto b = e.submit(request(other, 8));    // takes the slot after a
+    auto c = e.submit(request(extended, 8));
+    ASSERT_TRUE(a && b && c);
+    drain(*a);
+    drain(*b);
+    const auto d = drain(*c);
+    EXPECT_EQ(d.completion.cache.source, ReuseSource::stored);
+    EXPECT_EQ(d.completion.cache.reused_tokens, static_cast<int>(first.size()));
+    EXPECT_EQ(d.text, cold(extended, 8));
+}
+
 TEST_F(EngineKvStore, EachSaveReasonFollowsThePolicy) {
     auto store = open_store();
     const auto a = encode(model(), kStoryA + kStoryB);  // longer than prefill_min_tokens

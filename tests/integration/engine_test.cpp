@@ -73,21 +73,25 @@ TEST(Engine, ConcurrentGreedyRequestsMatchEachRunAlone) {
     }
 }
 
+// Also with streams' tokens and prompt chunks in one decode call or in two.
 TEST(Engine, EveryStrategyProducesTheSameGreedyText) {
     const Model& m = test::stories_model();
     std::vector<std::vector<Token>> expected;
     for (const auto& p : kPrompts) expected.push_back(solo(encode(m, p), 24));
-    for (auto strategy : {decode_maximal(), prefill_priority(), balanced()}) {
-        EngineOptions o = options(3);
-        o.strategy = strategy;
-        o.prefill_chunk = 3;  // several prefill chunks per prompt
-        Engine e = engine(o);
-        std::vector<RequestHandle> handles;
-        for (const auto& p : kPrompts) handles.push_back(*e.submit(request(encode(m, p), 24)));
-        for (std::size_t i = 0; i < handles.size(); ++i) {
-            auto d = drain(handles[i]);
-            EXPECT_EQ(d.completion.generation.tokens, expected[i])
-                << strategy->name() << " prompt " << i;
+    for (bool separate : {true, false}) {
+        for (auto strategy : {decode_maximal(), prefill_priority(), balanced()}) {
+            EngineOptions o = options(3);
+            o.strategy = strategy;
+            o.prefill_chunk = 3;  // several prefill chunks per prompt
+            o.separate_prompt_rows = separate;
+            Engine e = engine(o);
+            std::vector<RequestHandle> handles;
+            for (const auto& p : kPrompts) handles.push_back(*e.submit(request(encode(m, p), 24)));
+            for (std::size_t i = 0; i < handles.size(); ++i) {
+                auto d = drain(handles[i]);
+                EXPECT_EQ(d.completion.generation.tokens, expected[i])
+                    << strategy->name() << " separate=" << separate << " prompt " << i;
+            }
         }
     }
 }
@@ -313,7 +317,8 @@ TEST(Engine, QueueBoundRejectsAtOnce) {
     Engine t = engine(tokens);
     auto busy = t.submit(request(p, -1));
     ASSERT_TRUE(test::eventually([&] { return t.stats().busy_slots == 1; }));
-    ASSERT_TRUE(t.submit(request(p, 4)));
+    auto queued = t.submit(request(p, 4));  // kept: a dropped handle would leave the queue
+    ASSERT_TRUE(queued);
     auto too_many = t.submit(request(p, 4));
     ASSERT_FALSE(too_many);
     EXPECT_EQ(too_many.error().code, ErrorCode::queue_full);
