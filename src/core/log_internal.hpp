@@ -29,8 +29,8 @@ class LogCapture {
     LogCapture(const LogCapture&) = delete;
     LogCapture& operator=(const LogCapture&) = delete;
 
-    const std::string& errors() const { return errors_; }  // error and warning lines, joined
-    std::string last_error() const;                        // the last error line, trimmed
+    const std::string& errors() const { return errors_; }     // error and warning lines, joined
+    std::string last_error() const;                           // the last error line, trimmed
     std::string first_error() const { return first_error_; }  // usually the most specific one
 
   private:
