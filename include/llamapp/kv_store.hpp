@@ -22,7 +22,7 @@ std::string_view to_string(SaveReason reason);
 
 // When an engine saves a sequence. Data, not code paths: each engine may carry its own.
 struct SavePolicy {
-    bool on_finish = true;    // prompt + reply when a request ends
+    bool on_finish = true;    // prompt + reply when a request ends (see finish_save_delay)
     bool on_prefill = true;   // a long prompt computed from scratch, at its prefill boundary
     bool on_evict = true;     // an idle sequence whose cells the engine is about to reuse
     bool on_shutdown = true;  // every cached sequence when the engine stops
@@ -41,6 +41,12 @@ struct SavePolicy {
     std::uint64_t max_entry_bytes = 0;  // 0 = as large as the quotas allow
     // A stored prefix is restored only when it is at least this long and beats the live cache.
     int min_restore_tokens = 32;
+    // The finish save copies the sequence's state on the decode thread (about 10 ms per 1,000
+    // tokens of a 125M model), so right after a request ends it would delay the conversation's
+    // next turn, which mostly reuses the live sequence anyway. With a delay the save is taken
+    // once the engine has been idle that long, or before the slot's tokens are dropped for
+    // another request, or at shutdown, whichever comes first. 0 = at once.
+    std::chrono::milliseconds finish_save_delay{250};
 };
 Result<void> validate(const SavePolicy& policy);
 

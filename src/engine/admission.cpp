@@ -50,6 +50,7 @@ ReuseModes probe_reuse_modes(ContextState& state, bool unified) {
 void Scheduler::clear_sequence(Slot& slot) {
     llama_memory_seq_rm(state_.memory(), slot.seq, -1, -1);
     slot.cached.clear();
+    slot.save_pending = false;
 }
 
 // How much of `from`'s cache a prompt can reuse: at most len-1 tokens so that fresh logits
@@ -219,7 +220,7 @@ void Scheduler::start_running(Slot& slot, std::unique_ptr<Pending> pending) {
         stored.reset();
     // What this slot held and is about to lose goes to the store first.
     const std::size_t kept = (donor || stored) ? 0 : own;
-    if (persistence_.policy.on_evict && slot.cached.size() > kept) save(slot, SaveReason::evict);
+    save_before_losing(slot, kept);
 
     CacheInfo cache;
     cache.slot = slot.seq;
@@ -309,7 +310,7 @@ Result<void> Scheduler::fork(const std::string& from, const std::string& to,
         if (!target) return fail(ErrorCode::busy, "no free sequence for the fork", to);
         sessions_.erase({target->scope, target->session});
     }
-    if (persistence_.policy.on_evict) save(*target, SaveReason::evict);
+    save_before_losing(*target, 0);
     llama_memory_t mem = state_.memory();
     llama_memory_seq_rm(mem, target->seq, -1, -1);
     llama_memory_seq_cp(mem, source.seq, target->seq, -1, -1);

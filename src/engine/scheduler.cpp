@@ -134,9 +134,18 @@ void Scheduler::loop() {
             tick();
             continue;
         }
-        // Idle: sleep until something arrives, or until the nearest queue deadline.
+        // Idle: sleep until something arrives, or until the nearest queue deadline, or until
+        // deferred saves are due.
         auto until = Clock::time_point::max();
         for (const auto& p : queue_) until = std::min({until, p->queue_deadline, p->deadline});
+        if (std::any_of(slots_.begin(), slots_.end(),
+                        [](const Slot& s) { return s.save_pending; })) {
+            if (Clock::now() >= saves_due_) {
+                take_deferred_saves();
+                continue;
+            }
+            until = std::min(until, saves_due_);
+        }
         if (queue_.empty()) {
             std::lock_guard lock(idle_mutex_);
             is_idle_ = true;
@@ -168,6 +177,7 @@ void Scheduler::loop() {
         finish_queued(std::move(p), stopped);
     }
     for (auto& c : commands) c();
+    take_deferred_saves();
     if (persistence_.policy.on_shutdown) {
         for (auto& slot : slots_) save(slot, SaveReason::shutdown);
     }
@@ -284,8 +294,16 @@ void Scheduler::complete(Slot& slot) {
         t.prefill_tokens_per_s = t.prefill_ms > 0 ? computed * 1000.0 / t.prefill_ms : 0;
     }
     deliver(std::move(c), *r->pending);
-    // After the final event, so that the copy never delays the caller.
-    if (persistence_.policy.on_finish) save(slot, SaveReason::finish);
+    // After the final event, so that the copy never delays the caller; with a delay, not before
+    // the engine idles (the next turn of the conversation usually reuses the live sequence).
+    if (persistence_.store && persistence_.policy.on_finish) {
+        if (persistence_.policy.finish_save_delay.count() > 0) {
+            slot.save_pending = true;
+            saves_due_ = Clock::now() + persistence_.policy.finish_save_delay;
+        } else {
+            save(slot, SaveReason::finish);
+        }
+    }
 }
 
 // The one way a request ends: outcome metrics, the lifecycle hook, then its final event.

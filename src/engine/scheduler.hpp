@@ -42,6 +42,7 @@ struct Slot {
     std::string scope;          // cache scope of the request that wrote the cached tokens
     Reply::Clock::time_point last_used{};
     std::unique_ptr<Running> running;  // null while idle
+    bool save_pending = false;  // finished; its finish save waits (SavePolicy::finish_save_delay)
 };
 
 // ReuseModes probed on a fresh context (clears it afterwards). Partial copies are only tried on
@@ -131,6 +132,11 @@ class Scheduler {
     // KV store: restore a prefetched entry into `slot` (false leaves the slot empty); save a
     // sequence's state when the policy asks and the store does not hold it yet.
     bool restore(Slot& slot, const KvHit& hit);
+    // What `slot` holds beyond its first `kept` tokens is about to go: a deferred finish save is
+    // taken now, else an eviction save per the policy (not for a tail under min_tokens).
+    void save_before_losing(Slot& slot, std::size_t kept);
+    // Takes every deferred finish save.
+    void take_deferred_saves();
     void save(Slot& slot, SaveReason reason);
     void save_prefill_boundaries();
     std::size_t prefill_boundary(std::size_t prompt, std::size_t reused) const;
@@ -163,6 +169,7 @@ class Scheduler {
     std::deque<std::unique_ptr<Pending>> queue_;
     using SessionKey = std::pair<std::string, std::string>;  // scope, session id
     std::map<SessionKey, int> sessions_;                     // -> slot index
+    Clock::time_point saves_due_{};  // when deferred finish saves are taken if still idle
     std::vector<Row> rows_;
     std::vector<SequenceDemand> demand_;
     std::vector<int> take_;

@@ -198,7 +198,7 @@ bool Scheduler::free_one_idle_sequence() {
             if (!victim || s.last_used < victim->last_used) victim = &s;
         }
         if (victim) {
-            if (persistence_.policy.on_evict) save(*victim, SaveReason::evict);
+            save_before_losing(*victim, 0);
             clear_sequence(*victim);
             return true;
         }

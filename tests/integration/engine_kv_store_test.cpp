@@ -27,6 +27,7 @@ SavePolicy small_policy() {
     p.boundary_trim_tokens = 4;
     p.boundary_align_tokens = 4;
     p.min_restore_tokens = 4;
+    p.finish_save_delay = std::chrono::milliseconds(0);  // saved when the request ends
     return p;
 }
 
@@ -162,6 +163,31 @@ TEST_F(EngineKvStore, AQueuedRequestFindsWhatWasSavedWhileItWaited) {
     EXPECT_EQ(d.text, cold(extended, 8));
 }
 
+// A finish save waits for the engine to idle, for the slot to be needed, or for shutdown.
+TEST_F(EngineKvStore, FinishSavesWaitUntilIdleOrUntilTheSlotIsNeeded) {
+    const auto a = encode(model(), kStoryA + kStoryB);
+    const auto other = encode(model(), kStoryC + kStoryC);
+    SavePolicy p = small_policy();
+    p.finish_save_delay = std::chrono::hours(1);
+    auto store = open_store();
+    {
+        Engine e = make_engine(model(), store, p);
+        run(e, a);
+        EXPECT_EQ(count_reason(*store, SaveReason::finish), 0u);
+        run(e, other);  // takes the only slot: a's state is saved before it goes
+        EXPECT_EQ(count_reason(*store, SaveReason::finish), 1u);
+        EXPECT_EQ(count_reason(*store, SaveReason::evict), 0u);
+    }  // shutdown saves the other one
+    EXPECT_EQ(count_reason(*store, SaveReason::finish), 2u);
+
+    p.finish_save_delay = std::chrono::milliseconds(20);
+    auto idle_store = open_store();
+    Engine e = make_engine(model(), idle_store, p);
+    run(e, a);
+    EXPECT_TRUE(
+        test::eventually([&] { return count_reason(*idle_store, SaveReason::finish) == 1; }));
+}
+
 TEST_F(EngineKvStore, EachSaveReasonFollowsThePolicy) {
     auto store = open_store();
     const auto a = encode(model(), kStoryA + kStoryB);  // longer than prefill_min_tokens
@@ -171,10 +197,11 @@ TEST_F(EngineKvStore, EachSaveReasonFollowsThePolicy) {
     {
         Engine e = make_engine(model(), store, p);
         run(e, a);
-        // Saved at the prefill boundary: trimmed and aligned below the prompt's end.
+        // Saved once the prompt was computed: all of it, as any prefix of an entry restores on
+        // this model (models that restore exact boundaries only save a trimmed, aligned one).
         ASSERT_EQ(count_reason(*store, SaveReason::prefill), 1u);
         const auto entry = store->entries().at(0);
-        EXPECT_EQ(entry.tokens.size(), (a.size() - 4) / 4 * 4);
+        EXPECT_EQ(entry.tokens.size(), a.size());
         EXPECT_TRUE(std::equal(entry.tokens.begin(), entry.tokens.end(), a.begin()));
         // An unrelated prompt takes the only slot: what it held is saved first.
         run(e, other);
