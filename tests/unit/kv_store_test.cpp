@@ -139,6 +139,35 @@ TEST(KvStore, DiskEntriesSurviveReopenWithHitCounts) {
     EXPECT_EQ(*hit->payload, payload_for(t));
 }
 
+// The decode thread's second look: files are never read, and a miss is not counted twice.
+TEST(KvStore, RamOnlyLookupsSkipFilesAndCountNoMiss) {
+    TempDir dir;
+    KvStoreOptions o = disk_only(dir.path());
+    o.ram_bytes = 1 << 20;
+    Tokens on_disk = seq(10, 64);
+    Tokens in_ram = seq(10, 32);
+    {
+        auto store = KvStore::open(disk_only(dir.path()));
+        ASSERT_TRUE(store);
+        ASSERT_TRUE((*store)->put(model_a(), on_disk, payload_for(on_disk)));
+    }
+    auto store = KvStore::open(o);  // the file is indexed, its payload not loaded
+    ASSERT_TRUE(store);
+    ASSERT_TRUE((*store)->put(model_a(), in_ram, payload_for(in_ram)));
+    KvLookup ram_only;
+    ram_only.ram_only = true;
+    auto hit = (*store)->fetch(model_a(), seq(10, 70), ram_only);
+    ASSERT_TRUE(hit);
+    EXPECT_EQ(hit->entry.tier, "ram");
+    EXPECT_EQ(hit->matched_tokens, in_ram.size());
+    EXPECT_FALSE((*store)->fetch(model_a(), seq(500, 40), ram_only));
+    EXPECT_EQ((*store)->stats().misses, 0u);
+    // An ordinary lookup reads the longer file.
+    auto full = (*store)->fetch(model_a(), seq(10, 70), {});
+    ASSERT_TRUE(full);
+    EXPECT_EQ(full->matched_tokens, on_disk.size());
+}
+
 TEST(KvStore, FileFormatRoundTrip) {
     TempDir dir;
     detail::EntryHeader h;
