@@ -73,6 +73,21 @@ nlohmann::json to_json(const Completion& c) {
     return out;
 }
 
+// Waits for a request's final event, printing its pieces to stdout as they come when `print`.
+std::optional<Completion> stream_reply(RequestHandle& handle, bool print) {
+    std::optional<Completion> done;
+    EngineEvent event;
+    while (handle.next(event)) {
+        if (event.final) {
+            done = std::move(event.completion);
+        } else if (print) {
+            std::fwrite(event.piece.text.data(), 1, event.piece.text.size(), stdout);
+            std::fflush(stdout);
+        }
+    }
+    return done;
+}
+
 // One line on stderr after the output: tokens, where the prompt's KV came from, speeds.
 void print_summary(const Completion& done) {
     std::fflush(stdout);  // after the text, also when stdout is a pipe
@@ -126,17 +141,7 @@ int run_chat(Engine& engine, const Model& model, const RunFlags& flags,
         request.session = "chat";
         auto submission = engine.submit_chat(*tmpl, history, std::move(request));
         std::optional<Completion> done;
-        if (submission) {
-            EngineEvent event;
-            while (submission->handle.next(event)) {
-                if (event.final) {
-                    done = std::move(event.completion);
-                } else {
-                    std::fwrite(event.piece.text.data(), 1, event.piece.text.size(), stdout);
-                    std::fflush(stdout);
-                }
-            }
-        }
+        if (submission) done = stream_reply(submission->handle, true);
         g_interrupt = nullptr;
         std::fputc('\n', stdout);
         const Generation* reply = done ? &done->generation : nullptr;
@@ -226,16 +231,7 @@ Runner add_run(CLI::App& app) {
         request.options = options;
         auto handle = engine->submit(prompt, std::move(request));
         if (!handle) return report(handle.error());
-        EngineEvent event;
-        std::optional<Completion> done;
-        while (handle->next(event)) {
-            if (event.final) {
-                done = std::move(event.completion);
-            } else if (!flags->json) {
-                std::fwrite(event.piece.text.data(), 1, event.piece.text.size(), stdout);
-                std::fflush(stdout);
-            }
-        }
+        std::optional<Completion> done = stream_reply(*handle, !flags->json);
         g_interrupt = nullptr;
         engine->shutdown();  // saves per the policy and waits for the writes
         if (!done)

@@ -8,24 +8,22 @@
 
 namespace llamapp::test {
 
+// Loads a test model quietly; a missing model fails the test binary at once.
+inline Model load_test_model(const std::filesystem::path& path) {
+    set_log_level(LogLevel::none);
+    auto m = Model::load(path);
+    if (!m) throw std::runtime_error(m.error().describe());
+    return std::move(*m);
+}
+
 inline const Model& stories_model() {
-    static Model model = [] {
-        set_log_level(LogLevel::none);
-        auto m = Model::load(shared_model("stories260K.gguf"));
-        if (!m) throw std::runtime_error(m.error().describe());
-        return std::move(*m);
-    }();
+    static Model model = load_test_model(shared_model("stories260K.gguf"));
     return model;
 }
 
 // The generated Qwen3 model: a real Qwen2 tokenizer and Qwen3's chat template, random weights.
 inline const Model& qwen3_model() {
-    static Model model = [] {
-        set_log_level(LogLevel::none);
-        auto m = Model::load(generated_model("qwen3-tiny.gguf"));
-        if (!m) throw std::runtime_error(m.error().describe());
-        return std::move(*m);
-    }();
+    static Model model = load_test_model(generated_model("qwen3-tiny.gguf"));
     return model;
 }
 
