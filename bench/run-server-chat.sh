@@ -28,7 +28,6 @@ start() {  # name [extra args...]: ChatML on both (llamapp reads it from the mod
   [ "$name" = llama-server ] && set -- --chat-template chatml "$@"
   server_start "$name" 16384 "$slots" "$@"
 }
-stop() { server_stop; }
 record() { echo "{\"server\": \"$1\", \"scenario\": \"$2\", \"round\": $3, \"result\": $4}" | tee -a "$results" >&2; }
 
 long=(--system-words 1200 --turns 3 --user-words 40 --max-tokens 16)
@@ -39,21 +38,21 @@ for r in $(seq 1 "$rounds"); do
     start "$s"
     record "$s" multiturn "$r" "$(python3 "$root/bench/chatgen.py" multiturn --port "$port" \
       --conversations 8 --turns 4 --system-words 1000 --user-words 20 --seed "$r" "${session[@]}")"
-    stop
+    server_stop
 
     start "$s"
     record "$s" deep "$r" "$(python3 "$root/bench/chatgen.py" multiturn --port "$port" \
       --conversations 1 --turns 5 --system-words 1200 --user-words 12 --max-tokens 8 \
       --seed "$r" "${session[@]}")"
-    stop
+    server_stop
 
     extra=(); [ "$s" = llamapp ] && { rm -rf "$cache/kv"; extra=(--cache-disk "$cache/kv"); }
     start "$s" "${extra[@]}"
     cold=$(python3 "$root/bench/chatgen.py" once --port "$port" --seed "$r" "${long[@]}")
-    stop
+    server_stop
     start "$s" "${extra[@]}"
     again=$(python3 "$root/bench/chatgen.py" once --port "$port" --seed "$r" "${long[@]}")
-    stop
+    server_stop
     record "$s" restart "$r" "{\"cold\": $cold, \"after_restart\": $again}"
   done
 done
