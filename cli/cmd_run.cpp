@@ -21,6 +21,7 @@ struct RunFlags {
     ContextFlags context;
     SamplingFlags sampling;
     CacheFlags cache;
+    DraftFlags draft;
     std::string prompt;
     std::string prompt_file;
     int n_predict = 128;
@@ -98,11 +99,15 @@ void print_summary(const Completion& done) {
                             to_string(done.cache.source), done.cache.tier.empty() ? "" : ": ",
                             done.cache.tier);
     }
+    const std::string drafts =
+        done.draft_tokens > 0
+            ? fmt::format(", drafts {} of {} kept", done.draft_accepted, done.draft_tokens)
+            : "";
     std::fprintf(stderr,
                  "[%d prompt tokens, %s, %d generated, ttft %.1f ms, prefill %.1f tok/s, decode "
-                 "%.1f tok/s, %s]\n",
+                 "%.1f tok/s%s, %s]\n",
                  g.usage.prompt_tokens, cache.c_str(), g.usage.completion_tokens, g.timings.ttft_ms,
-                 g.timings.prefill_tokens_per_s, g.timings.decode_tokens_per_s,
+                 g.timings.prefill_tokens_per_s, g.timings.decode_tokens_per_s, drafts.c_str(),
                  std::string(to_string(g.finish_reason)).c_str());
 }
 
@@ -170,6 +175,7 @@ Runner add_run(CLI::App& app) {
     add_context(*cmd, flags->context);
     add_sampling(*cmd, flags->sampling);
     add_cache(*cmd, flags->cache);
+    add_draft(*cmd, flags->draft);
     cmd->add_option("-p,--prompt", flags->prompt, "prompt text (default: a story opening)");
     cmd->add_option("-f,--file", flags->prompt_file, "read the prompt from a file");
     cmd->add_option("-n,--n-predict", flags->n_predict,
@@ -217,6 +223,8 @@ Runner add_run(CLI::App& app) {
         engine_options.context = *ctx_options;
         engine_options.context.n_seq_max = 1;
         engine_options.kv_store = *store;
+        engine_options.draft_tokens = flags->draft.tokens;
+        engine_options.draft_match = flags->draft.match;
         auto engine = Engine::create(*model, std::move(engine_options));
         if (!engine) return report(engine.error());
         if (flags->chat) return run_chat(*engine, *model, *flags, options);

@@ -25,6 +25,7 @@ struct ServeFlags {
     int min_prefill_rows = EngineOptions{}.min_prefill_rows;
     int prefill_chunk = EngineOptions{}.prefill_chunk;
     std::string batch_strategy = "decode_maximal";
+    DraftFlags draft;
     std::string api_key_file;
     std::string chat_template_file;
     int timeout_s = 600;
@@ -40,6 +41,7 @@ Runner add_serve(CLI::App& app) {
     add_common(*cmd, flags->common);
     add_context(*cmd, flags->context);
     add_cache(*cmd, flags->cache);
+    add_draft(*cmd, flags->draft);
     ServerOptions& s = flags->server;
     cmd->add_option("--parallel", flags->slots, "slots: requests decoded together (-np)")
         ->capture_default_str();
@@ -125,6 +127,8 @@ Runner add_serve(CLI::App& app) {
         eo.min_prefill_rows = flags->min_prefill_rows;
         eo.prefill_chunk = flags->prefill_chunk;
         eo.strategy = *strategy;
+        eo.draft_tokens = flags->draft.tokens;
+        eo.draft_match = flags->draft.match;
         eo.kv_store = *store;
         auto engine = Engine::create(*model, eo);
         if (!engine) return report(engine.error());

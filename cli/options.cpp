@@ -163,6 +163,18 @@ void add_cache(CLI::App& app, CacheFlags& flags) {
         ->capture_default_str();
 }
 
+void add_draft(CLI::App& app, DraftFlags& flags) {
+    app.add_option("--draft-tokens", flags.tokens,
+                   "prompt-lookup speculation: tokens a stream may draft from its own history "
+                   "per decode, each kept only if sampling picks it (0 = off; 3 suits a CPU)")
+        ->capture_default_str()
+        ->check(CLI::NonNegativeNumber);
+    app.add_option("--draft-match", flags.match,
+                   "tokens that must repeat before --draft-tokens drafts what followed them")
+        ->capture_default_str()
+        ->check(CLI::PositiveNumber);
+}
+
 Result<std::shared_ptr<KvStore>> open_kv_store(const CacheFlags& flags) {
     constexpr std::uint64_t mib = 1ull << 20;
     if (flags.ram_mib > (1ull << 24) || flags.disk_max_mib > (1ull << 32))

@@ -37,6 +37,12 @@ struct CacheFlags {
     int min_tokens = SavePolicy{}.min_tokens;
 };
 
+// Prompt-lookup speculation (EngineOptions::draft_tokens, draft_match).
+struct DraftFlags {
+    int tokens = EngineOptions{}.draft_tokens;
+    int match = EngineOptions{}.draft_match;
+};
+
 struct SamplingFlags {
     float temperature = 0.8f;
     int top_k = 40;
@@ -58,6 +64,7 @@ void add_common(CLI::App& app, CommonFlags& flags);
 void add_context(CLI::App& app, ContextFlags& flags);
 void add_sampling(CLI::App& app, SamplingFlags& flags);
 void add_cache(CLI::App& app, CacheFlags& flags);
+void add_draft(CLI::App& app, DraftFlags& flags);
 
 // Rewrites llama.cpp's multi-letter single-dash flags (-ngl, -ctk, ...) to long forms CLI11 knows.
 std::vector<std::string> normalize_args(int argc, char** argv);

@@ -55,6 +55,16 @@ struct EngineOptions {
     // small prompt chunks deep in a shared cache ran 3-4x faster). Ignored where
     // min_prefill_rows is.
     bool separate_prompt_rows = true;
+    // Prompt-lookup speculation. When the last `draft_match` tokens of a decoding sequence
+    // occurred earlier in it (prompt or reply), up to `draft_tokens` of the tokens that followed
+    // there ride along in the same decode, and each is kept while it equals what the request's
+    // own sampler picks from the logits computed for it: the sampler sees exactly what it would
+    // without drafts, and text that repeats (code being edited, quotes, lists, loops) comes
+    // several tokens per decode. A CPU decodes 4 rows of one sequence for about 1.5x the cost of
+    // 1, so a sequence whose drafts keep missing drafts less and less often. 0 = off; ignored
+    // for models whose cache cannot drop a tail (recurrent, hybrid).
+    int draft_tokens = 0;
+    int draft_match = 3;
     std::shared_ptr<BatchStrategy> strategy;  // null = decode_maximal()
     bool prefix_reuse = true;                 // live prefix reuse and cross-slot adoption
     // A slot whose cached prefix covers less than this share of a prompt is not preferred over

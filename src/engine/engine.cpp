@@ -41,6 +41,10 @@ Result<void> validate(const EngineOptions& o) {
     if (!(o.min_prefix_similarity >= 0 && o.min_prefix_similarity <= 1))
         return fail(ErrorCode::invalid_argument, "min_prefix_similarity must be in [0, 1]",
                     "min_prefix_similarity");
+    if (o.draft_tokens < 0)
+        return fail(ErrorCode::invalid_argument, "draft_tokens must be >= 0", "draft_tokens");
+    if (o.draft_match < 1)
+        return fail(ErrorCode::invalid_argument, "draft_match must be >= 1", "draft_match");
     if (o.min_prefill_rows < 0)
         return fail(ErrorCode::invalid_argument, "min_prefill_rows must be >= 0",
                     "min_prefill_rows");

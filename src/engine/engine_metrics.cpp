@@ -47,6 +47,12 @@ Result<EngineMetrics> EngineMetrics::create(std::shared_ptr<MetricsRegistry> reg
     keep(r.counter("llamapp_kv_pressure_total", "Decode calls that found no room in the KV cache",
                    labels),
          m.kv_pressure);
+    keep(r.counter("llamapp_draft_tokens_total",
+                   "Tokens proposed by prompt-lookup speculation and decoded as drafts", labels),
+         m.draft_tokens);
+    keep(r.counter("llamapp_draft_tokens_accepted_total",
+                   "Drafted tokens that the sampler confirmed", labels),
+         m.draft_accepted);
     const std::string reuse_help = "Admitted requests by where their prompt prefix came from";
     keep(r.counter("llamapp_prefix_reuse_total", reuse_help, with_label(labels, "source", "none")),
          m.reuse_none);

@@ -286,6 +286,8 @@ void Scheduler::complete(Slot& slot) {
     c.generation = std::move(r->reply().result());
     c.cache = r->cache;
     c.queue_ms = r->queue_ms;
+    c.draft_tokens = r->draft_tokens;
+    c.draft_accepted = r->draft_accepted;
     Timings& t = c.generation.timings;
     const auto first = r->reply().first_token_at();
     if (first != Clock::time_point{}) {

@@ -30,6 +30,13 @@ struct Running {
     Reply::Clock::time_point last_token{};
     double queue_ms = 0;
     std::size_t save_at = 0;  // > 0: snapshot the sequence once the prompt is cached up to here
+    // Prompt-lookup speculation: drafts decoded and confirmed so far; after a step whose drafts
+    // all missed, the sequence waits `draft_wait` steps before drafting again, twice as long
+    // after each further miss.
+    int draft_tokens = 0;
+    int draft_accepted = 0;
+    int draft_wait = 0;
+    int draft_backoff = 1;
 
     const std::vector<Token>& prompt() const { return pending->request.prompt; }
     Reply& reply() { return *pending->reply; }
@@ -105,8 +112,11 @@ class Scheduler {
         Token token;
         int pos;
         bool logits;
-        bool decode;      // feeds back a generated token (else a prompt token)
-        int batch_index;  // where it sits in the batch of the current decode, -1 if not in it
+        bool decode;           // feeds back a generated token (else a prompt token)
+        int batch_index;       // where it sits in the batch of the current decode, -1 if not in it
+        int drafts = 0;        // a fed-back token: how many draft rows follow it
+        bool draft = false;    // a drafted token, checked against what its lead row samples
+        bool dropped = false;  // a draft taken out of the step (no room in the KV cache)
     };
 
     void loop();
@@ -118,12 +128,22 @@ class Scheduler {
     void process_rows(std::size_t begin, std::size_t end);
     void commit_rows(std::size_t begin, std::size_t end);
     bool free_one_idle_sequence();
+    bool drop_drafts(std::size_t begin, std::size_t end);  // false when there were none
+    // Appends draft rows after the decode row of `slot` (at most `room`); returns how many.
+    int plan_drafts(Slot& slot, int room);
+    // Samples output `batch_index` for the slot's request and streams the piece; true when the
+    // reply is finished (the caller completes it).
+    bool sample(Slot& slot, int batch_index);
+    // Keeps the drafts after rows_[lead] while each is the token just sampled, then drops the KV
+    // of the rest; true when the reply is finished.
+    bool accept_drafts(Slot& slot, std::size_t lead, bool finished);
     void rollback(std::size_t begin, std::size_t end, const Error& error, bool fail_requests);
 
     Slot* choose_slot(const Pending& pending);
     bool worth_waiting_for_donor(const Pending& pending) const;
     // Waiting for another slot's prefill pays off only for a shared prefix at least this long.
     static constexpr int min_wait_for_donor_tokens = 64;
+    static constexpr int max_draft_backoff = 64;  // steps without drafts after repeated misses
     void start_running(Slot& slot, std::unique_ptr<Pending> pending);
     std::size_t usable_prefix(const Slot& from, const EngineRequest& request) const;
     bool window_intact(const Slot& slot, std::size_t reused) const;
@@ -173,6 +193,7 @@ class Scheduler {
     std::vector<Row> rows_;
     std::vector<SequenceDemand> demand_;
     std::vector<int> take_;
+    std::vector<Token> draft_;
     const std::shared_ptr<BatchStrategy> fallback_strategy_ = decode_maximal();
     LlamaBatch batch_;
 

@@ -2,6 +2,7 @@
 #include <algorithm>
 
 #include "core/log_internal.hpp"
+#include "engine/ngram_draft.hpp"
 #include "engine/scheduler.hpp"
 
 namespace llamapp::detail {
@@ -79,6 +80,9 @@ void Scheduler::plan_rows() {
         fallback_strategy_->plan(demand_, budget, take_);
     }
 
+    // Drafts only use what the plan left of the batch.
+    int room = n_batch_;
+    for (int take : take_) room -= take;
     for (std::size_t i = 0; i < demand_.size(); ++i) {
         if (take_[i] == 0) continue;
         const int slot_index = demand_[i].slot;
@@ -88,6 +92,7 @@ void Scheduler::plan_rows() {
         if (demand_[i].decoding) {
             rows_.push_back(
                 {slot_index, id, r.to_decode, static_cast<int>(s.cached.size()), true, true, -1});
+            room -= plan_drafts(s, room);
             continue;
         }
         const std::vector<Token>& prompt = r.prompt();
@@ -97,6 +102,33 @@ void Scheduler::plan_rows() {
                              false, -1});
         }
     }
+}
+
+int Scheduler::plan_drafts(Slot& s, int room) {
+    Running& r = *s.running;
+    if (options_.draft_tokens == 0 || !modes_.trim_tail || room <= 0) return 0;
+    if (r.draft_wait > 0) {
+        --r.draft_wait;
+        return 0;
+    }
+    // Not past the reply's token limit (the decode row itself yields one) or the sequence's end.
+    const std::size_t lead_pos = s.cached.size();
+    int most = std::min(options_.draft_tokens, room);
+    most = std::min(most, n_ctx_seq_ - 1 - static_cast<int>(lead_pos));
+    const GenerateOptions& options = r.reply().options();
+    if (options.max_tokens > 0)
+        most = std::min(most, options.max_tokens - 1 - r.reply().result().usage.completion_tokens);
+    if (most <= 0) return 0;
+    ngram_draft(s.cached, r.to_decode, static_cast<std::size_t>(options_.draft_match),
+                static_cast<std::size_t>(most), draft_);
+    rows_.back().drafts = static_cast<int>(draft_.size());
+    for (std::size_t k = 0; k < draft_.size(); ++k) {
+        Row row{s.seq, r.pending->id, draft_[k], static_cast<int>(lead_pos + 1 + k),
+                true,  true,          -1};
+        row.draft = true;
+        rows_.push_back(row);
+    }
+    return static_cast<int>(draft_.size());
 }
 
 // A row still belongs to the request it was planned for (a failure earlier in this step may
@@ -113,7 +145,7 @@ void Scheduler::process_rows(std::size_t begin, std::size_t end) {
     for (std::size_t i = begin; i < end; ++i) {
         Row& row = rows_[i];
         row.batch_index = -1;
-        if (!live(row)) continue;
+        if (row.dropped || !live(row)) continue;
         if (!first) first = &row;
         single_owner = single_owner && row.request == first->request;
         row.batch_index = batch_.batch.n_tokens;
@@ -139,7 +171,7 @@ void Scheduler::process_rows(std::size_t begin, std::size_t end) {
     const ErrorCode code = ok.error().code;
     if (code == ErrorCode::context_overflow) {
         metrics_.kv_pressure->inc();
-        if (free_one_idle_sequence()) return process_rows(begin, end);
+        if (drop_drafts(begin, end) || free_one_idle_sequence()) return process_rows(begin, end);
         std::size_t live_rows = 0;
         for (std::size_t i = begin; i < end; ++i) live_rows += live(rows_[i]) ? 1 : 0;
         if (live_rows > 1) {
@@ -189,6 +221,19 @@ void Scheduler::rollback(std::size_t begin, std::size_t end, const Error& error,
     }
 }
 
+bool Scheduler::drop_drafts(std::size_t begin, std::size_t end) {
+    bool any = false;
+    for (std::size_t i = begin; i < end; ++i) {
+        Row& row = rows_[i];
+        if (row.draft && !row.dropped) {
+            row.dropped = true;
+            row.batch_index = -1;
+            any = true;
+        }
+    }
+    return any;
+}
+
 bool Scheduler::free_one_idle_sequence() {
     // Plain cached sequences go first, then idle sessions (their next turn starts cold).
     for (bool sessions : {false, true}) {
@@ -209,7 +254,7 @@ bool Scheduler::free_one_idle_sequence() {
 void Scheduler::commit_rows(std::size_t begin, std::size_t end) {
     for (std::size_t i = begin; i < end; ++i) {
         const Row& row = rows_[i];
-        if (row.batch_index < 0 || !live(row)) continue;
+        if (row.draft || row.batch_index < 0 || !live(row)) continue;  // drafts: see their lead
         Slot& s = slots_[static_cast<std::size_t>(row.slot)];
         Running& r = *s.running;
         s.cached.push_back(row.token);
@@ -218,29 +263,66 @@ void Scheduler::commit_rows(std::size_t begin, std::size_t end) {
         else
             ++r.next_prompt;
         if (!row.logits) continue;
-
-        auto step = r.reply().advance(state_.ctx.get(), row.batch_index, s.cached.size(),
-                                      static_cast<std::size_t>(n_ctx_seq_));
-        const auto now = Clock::now();
-        if (r.last_token == Clock::time_point{}) {
-            metrics_.ttft->observe(seconds(now - r.pending->submitted));
-            LifecycleEvent e;
-            e.request_id = r.pending->id;
-            e.stage = LifecycleStage::first_token;
-            e.session = r.pending->request.session;
-            notify(e);
-        } else {
-            metrics_.inter_token->observe(seconds(now - r.last_token));
-        }
-        r.last_token = now;
-        s.last_used = now;
-        emit(r, std::move(step.piece));
-        if (step.finished)
-            complete(s);
-        else
-            r.to_decode = step.feed_back;
+        bool finished = sample(s, row.batch_index);
+        if (row.drafts > 0) finished = accept_drafts(s, i, finished);
+        if (finished) complete(s);
     }
     save_prefill_boundaries();
+}
+
+bool Scheduler::sample(Slot& s, int batch_index) {
+    Running& r = *s.running;
+    auto step = r.reply().advance(state_.ctx.get(), batch_index, s.cached.size(),
+                                  static_cast<std::size_t>(n_ctx_seq_));
+    const auto now = Clock::now();
+    if (r.last_token == Clock::time_point{}) {
+        metrics_.ttft->observe(seconds(now - r.pending->submitted));
+        LifecycleEvent e;
+        e.request_id = r.pending->id;
+        e.stage = LifecycleStage::first_token;
+        e.session = r.pending->request.session;
+        notify(e);
+    } else {
+        metrics_.inter_token->observe(seconds(now - r.last_token));
+    }
+    r.last_token = now;
+    s.last_used = now;
+    emit(r, std::move(step.piece));
+    if (!step.finished) r.to_decode = step.feed_back;
+    return step.finished;
+}
+
+bool Scheduler::accept_drafts(Slot& s, std::size_t lead, bool finished) {
+    Running& r = *s.running;
+    int decoded = 0;
+    int accepted = 0;
+    bool keep = !finished;  // until the first draft the sampler did not pick
+    for (int k = 1; k <= rows_[lead].drafts; ++k) {
+        const Row& draft = rows_[lead + static_cast<std::size_t>(k)];
+        if (draft.batch_index < 0) break;
+        ++decoded;
+        keep = keep && draft.token == r.to_decode;
+        if (!keep) continue;
+        // The sampler picked the drafted token: its KV and logits are already computed.
+        s.cached.push_back(draft.token);
+        r.to_decode = no_token;
+        ++accepted;
+        finished = sample(s, draft.batch_index);
+        keep = !finished;
+    }
+    if (accepted < decoded)  // the cache must hold exactly `cached`
+        llama_memory_seq_rm(state_.memory(), s.seq, static_cast<llama_pos>(s.cached.size()), -1);
+    metrics_.draft_tokens->inc(decoded);
+    metrics_.draft_accepted->inc(accepted);
+    r.draft_tokens += decoded;
+    r.draft_accepted += accepted;
+    if (decoded > 0 && accepted == 0) {
+        r.draft_wait = r.draft_backoff;
+        r.draft_backoff = std::min(r.draft_backoff * 2, max_draft_backoff);
+    } else if (accepted > 0) {
+        r.draft_backoff = 1;
+    }
+    return finished;
 }
 
 }  // namespace llamapp::detail

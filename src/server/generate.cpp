@@ -139,12 +139,14 @@ struct Reply {
 };
 
 // One structured line per finished generation (the HTTP line comes from the access logger).
-void log_request(const std::string& id, const Generation& g) {
+void log_request(const std::string& id, const Completion& c) {
+    const Generation& g = c.generation;
     log(LogLevel::info,
         "request id={} finish={} prompt_tokens={} cached_tokens={} completion_tokens={} "
-        "ttft_ms={:.1f} total_ms={:.1f}",
+        "draft_tokens={} draft_accepted={} ttft_ms={:.1f} total_ms={:.1f}",
         id, to_string(g.finish_reason), g.usage.prompt_tokens, g.usage.cached_tokens,
-        g.usage.completion_tokens, g.timings.ttft_ms, g.timings.total_ms);
+        g.usage.completion_tokens, c.draft_tokens, c.draft_accepted, g.timings.ttft_ms,
+        g.timings.total_ms);
 }
 
 std::string sse(const json& data) {
@@ -216,7 +218,7 @@ void ServerState::generate(const httplib::Request& req, httplib::Response& res, 
             if (event.final) done = std::move(event.completion);
         }
         const Generation& gen = done->generation;
-        log_request(reply.id, gen);
+        log_request(reply.id, *done);
         if (gen.error) throw HttpException{http_error(*gen.error)};
         json out = reply.envelope(chat ? "chat.completion" : "text_completion");
         json choice = {{"index", 0}, {"finish_reason", finish_name(gen.finish_reason)}};
@@ -290,7 +292,7 @@ void ServerState::generate(const httplib::Request& req, httplib::Response& res, 
             }
         } else {
             const Generation& gen = event.completion->generation;
-            log_request(s.reply.id, gen);
+            log_request(s.reply.id, *event.completion);
             if (gen.error) {
                 out += sse(http_error(*gen.error).body());
             } else {
