@@ -223,8 +223,7 @@ Runner add_run(CLI::App& app) {
         engine_options.context = *ctx_options;
         engine_options.context.n_seq_max = 1;
         engine_options.kv_store = *store;
-        engine_options.draft_tokens = flags->draft.tokens;
-        engine_options.draft_match = flags->draft.match;
+        apply_draft(flags->draft, engine_options);
         auto engine = Engine::create(*model, std::move(engine_options));
         if (!engine) return report(engine.error());
         if (flags->chat) return run_chat(*engine, *model, *flags, options);

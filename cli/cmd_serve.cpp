@@ -127,8 +127,7 @@ Runner add_serve(CLI::App& app) {
         eo.min_prefill_rows = flags->min_prefill_rows;
         eo.prefill_chunk = flags->prefill_chunk;
         eo.strategy = *strategy;
-        eo.draft_tokens = flags->draft.tokens;
-        eo.draft_match = flags->draft.match;
+        apply_draft(flags->draft, eo);
         eo.kv_store = *store;
         auto engine = Engine::create(*model, eo);
         if (!engine) return report(engine.error());

@@ -173,6 +173,17 @@ void add_draft(CLI::App& app, DraftFlags& flags) {
                    "tokens that must repeat before --draft-tokens drafts what followed them")
         ->capture_default_str()
         ->check(CLI::PositiveNumber);
+    app.add_option("--draft-batch-rows", flags.batch_rows,
+                   "draft only while the streams' decode call holds at most this many rows "
+                   "(streams + drafts; a CPU gains little beyond 4, a GPU can take more)")
+        ->capture_default_str()
+        ->check(CLI::PositiveNumber);
+}
+
+void apply_draft(const DraftFlags& flags, EngineOptions& options) {
+    options.draft_tokens = flags.tokens;
+    options.draft_match = flags.match;
+    options.draft_batch_rows = flags.batch_rows;
 }
 
 Result<std::shared_ptr<KvStore>> open_kv_store(const CacheFlags& flags) {

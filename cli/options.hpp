@@ -41,6 +41,7 @@ struct CacheFlags {
 struct DraftFlags {
     int tokens = EngineOptions{}.draft_tokens;
     int match = EngineOptions{}.draft_match;
+    int batch_rows = EngineOptions{}.draft_batch_rows;
 };
 
 struct SamplingFlags {
@@ -65,6 +66,7 @@ void add_context(CLI::App& app, ContextFlags& flags);
 void add_sampling(CLI::App& app, SamplingFlags& flags);
 void add_cache(CLI::App& app, CacheFlags& flags);
 void add_draft(CLI::App& app, DraftFlags& flags);
+void apply_draft(const DraftFlags& flags, EngineOptions& options);
 
 // Rewrites llama.cpp's multi-letter single-dash flags (-ngl, -ctk, ...) to long forms CLI11 knows.
 std::vector<std::string> normalize_args(int argc, char** argv);

@@ -43,6 +43,9 @@ Result<void> validate(const EngineOptions& o) {
                     "min_prefix_similarity");
     if (o.draft_tokens < 0)
         return fail(ErrorCode::invalid_argument, "draft_tokens must be >= 0", "draft_tokens");
+    if (o.draft_batch_rows < 1)
+        return fail(ErrorCode::invalid_argument, "draft_batch_rows must be >= 1",
+                    "draft_batch_rows");
     if (o.draft_match < 1)
         return fail(ErrorCode::invalid_argument, "draft_match must be >= 1", "draft_match");
     if (o.min_prefill_rows < 0)

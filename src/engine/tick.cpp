@@ -80,9 +80,14 @@ void Scheduler::plan_rows() {
         fallback_strategy_->plan(demand_, budget, take_);
     }
 
-    // Drafts only use what the plan left of the batch.
+    // Drafts only use what the plan left of the batch, up to EngineOptions::draft_batch_rows.
     int room = n_batch_;
-    for (int take : take_) room -= take;
+    int decode_rows = 0;
+    for (std::size_t i = 0; i < demand_.size(); ++i) {
+        room -= take_[i];
+        decode_rows += demand_[i].decoding ? take_[i] : 0;
+    }
+    room = std::min(room, options_.draft_batch_rows - decode_rows);
     for (std::size_t i = 0; i < demand_.size(); ++i) {
         if (take_[i] == 0) continue;
         const int slot_index = demand_[i].slot;

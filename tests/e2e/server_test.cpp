@@ -601,6 +601,33 @@ TEST(ServerOptions, CorsIsOffByDefault) {
     EXPECT_FALSE(r->has_header("Access-Control-Allow-Origin"));
 }
 
+TEST(ServerOptions, DraftTokensKeepTheReplyAndShowInMetrics) {
+    const json body = {{"prompt",
+                        "Tom said, \"I like the red ball.\" Sue said, \"I like the red ball.\" "
+                        "Tom said, \"I like"},
+                       {"max_tokens", 48},
+                       {"temperature", 0}};
+    std::string replies[2];
+    for (int drafting : {0, 1}) {
+        ServerProcess server(
+            {"-m", stories, "-c", "512", "-t", "2", "--draft-tokens", drafting ? "3" : "0"});
+        auto r = server.client().Post("/v1/completions", body.dump(), "application/json");
+        ASSERT_TRUE(r && r->status == 200);
+        replies[drafting] = json::parse(r->body)["choices"][0]["text"];
+        auto m = server.client().Get("/metrics");
+        ASSERT_TRUE(m);
+        const std::string name = "llamapp_draft_tokens_accepted_total ";
+        const auto at = m->body.find("\n" + name);
+        ASSERT_NE(at, std::string::npos);
+        const double accepted = std::stod(m->body.substr(at + 1 + name.size()));
+        if (drafting)
+            EXPECT_GT(accepted, 0);
+        else
+            EXPECT_EQ(accepted, 0);
+    }
+    EXPECT_EQ(replies[1], replies[0]);
+}
+
 TEST(ServerLoad, QueueFullIs429WithRetryAfter) {
     ServerProcess server(
         {"-m", qwen, "-c", "4096", "-t", "2", "--parallel", "1", "--max-queue", "1"});

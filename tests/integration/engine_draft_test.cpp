@@ -131,4 +131,22 @@ TEST(EngineDrafts, BadOptionsAreRejected) {
     e = Engine::create(test::stories_model(), o);
     ASSERT_FALSE(e);
     EXPECT_EQ(e.error().context, "draft_match");
+    o.draft_match = 3;
+    o.draft_batch_rows = 0;
+    e = Engine::create(test::stories_model(), o);
+    ASSERT_FALSE(e);
+    EXPECT_EQ(e.error().context, "draft_batch_rows");
+}
+
+TEST(EngineDrafts, DraftsStayWithinTheRowBudgetOfADecode) {
+    // Four streams fill a budget of 4 rows: no drafts; one stream alone drafts.
+    Engine e = engine(3, 4);
+    std::vector<EngineRequest> four;
+    for (int i = 0; i < 4; ++i)
+        four.push_back(request(encode(test::stories_model(), kPrompts[0]), 32));
+    auto handles = e.submit_all(std::move(four));
+    ASSERT_TRUE(handles);
+    for (auto& h : *handles) EXPECT_EQ(drain(h).completion.draft_tokens, 0);
+    EXPECT_GT(
+        run(e, request(encode(test::stories_model(), kPrompts[0]), 32)).completion.draft_tokens, 0);
 }
