@@ -21,7 +21,8 @@ void ngram_draft(std::span<const Token> history, Token next, std::size_t match,
         if (!same) continue;
         for (std::size_t t = 0; t < max_draft; ++t) {
             const std::size_t i = j + match + t;
-            out.push_back(i < n ? at(i) : out[i - n]);
+            const Token token = i < n ? at(i) : out[i - n];  // a copy: push_back may reallocate
+            out.push_back(token);
         }
         return;
     }
