@@ -289,7 +289,8 @@ TEST_F(Server, ACallCutByMaxTokensStaysACall) {
     json body = forced_call_body();
     int cut_inside_arguments = 0;
     std::string cut_args;
-    for (int k = 1; k < 40; k += 2) {
+    // Spread over the call's markup and arguments (each cut is a request; kept few for TSan).
+    for (int k : {1, 2, 3, 5, 8, 12, 17, 23, 30, 38}) {
         body["max_tokens"] = k;
         const json choice = json::parse(post(body))["choices"][0];
         ASSERT_EQ(choice["finish_reason"], "length") << k;
