@@ -87,7 +87,10 @@ void Scheduler::plan_rows() {
         room -= take_[i];
         decode_rows += demand_[i].decoding ? take_[i] : 0;
     }
-    room = std::min(room, options_.draft_batch_rows - decode_rows);
+    // Within one ubatch, so that a lead and its drafts are placed together (see plan_drafts).
+    const int draft_rows =
+        std::min(options_.draft_batch_rows, static_cast<int>(llama_n_ubatch(state_.ctx.get())));
+    room = std::min(room, draft_rows - decode_rows);
     for (std::size_t i = 0; i < demand_.size(); ++i) {
         if (take_[i] == 0) continue;
         const int slot_index = demand_[i].slot;
@@ -112,6 +115,11 @@ void Scheduler::plan_rows() {
 int Scheduler::plan_drafts(Slot& s, int room) {
     Running& r = *s.running;
     if (options_.draft_tokens == 0 || !modes_.trim_tail || room <= 0) return 0;
+    // A sliding-window cache reuses cells that have slid out of the window of the newest
+    // position it holds. Drafts in the same ubatch as their lead only free cells the lead
+    // itself no longer sees, so undoing them loses nothing; a call that also carries prompt rows
+    // could split a lead from its drafts across ubatches.
+    if (modes_.sliding_window > 0 && !separate_prompt_rows_) return 0;
     if (r.draft_wait > 0) {
         --r.draft_wait;
         return 0;
@@ -178,7 +186,8 @@ void Scheduler::process_rows(std::size_t begin, std::size_t end) {
         metrics_.kv_pressure->inc();
         if (drop_drafts(begin, end) || free_one_idle_sequence()) return process_rows(begin, end);
         std::size_t live_rows = 0;
-        for (std::size_t i = begin; i < end; ++i) live_rows += live(rows_[i]) ? 1 : 0;
+        for (std::size_t i = begin; i < end; ++i)
+            live_rows += !rows_[i].dropped && live(rows_[i]) ? 1 : 0;
         if (live_rows > 1) {
             const std::size_t mid = begin + (end - begin) / 2;
             process_rows(begin, mid);
