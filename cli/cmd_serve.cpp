@@ -67,7 +67,7 @@ Runner add_serve(CLI::App& app) {
         ->check(CLI::PositiveNumber);
     cmd->add_option("--batch-strategy", flags->batch_strategy,
                     "how a decode call is split between streams and prompts: decode_maximal, "
-                    "prefill_priority or balanced")
+                    "prefill_priority, balanced or first_token_first")
         ->capture_default_str();
     cmd->add_option("--max-body-bytes", s.max_body_bytes, "largest request body")
         ->capture_default_str();

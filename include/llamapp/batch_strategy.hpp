@@ -46,8 +46,14 @@ std::shared_ptr<BatchStrategy> decode_maximal();
 std::shared_ptr<BatchStrategy> prefill_priority();
 // Half the budget each; what one side leaves unused flows to the other.
 std::shared_ptr<BatchStrategy> balanced();
+// Like decode_maximal, but prompts are finished one at a time: a call takes further prompts
+// only until they fill 64 rows (one tile of the CPU's attention kernel). A burst of short
+// prompts gets its first tokens sooner (measured, 4 and 16 clients at once: TTFT p50 35% and 65%
+// lower) at some throughput (5-15% at 16 clients: streams start staggered, so decode calls run
+// emptier).
+std::shared_ptr<BatchStrategy> first_token_first();
 
-// "decode_maximal", "prefill_priority" or "balanced".
+// "decode_maximal", "prefill_priority", "balanced" or "first_token_first".
 Result<std::shared_ptr<BatchStrategy>> batch_strategy(std::string_view name);
 
 }  // namespace llamapp

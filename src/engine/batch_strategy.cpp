@@ -1,6 +1,7 @@
 #include "llamapp/batch_strategy.hpp"
 
 #include <algorithm>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -20,8 +21,9 @@ int take_decodes(std::span<const SequenceDemand> demand, int budget, std::span<i
 }
 
 // Gives prompts chunks in admission order (oldest first) while budget lasts.
+// Stops starting further prompts once `enough` rows are given.
 int take_prefills(std::span<const SequenceDemand> demand, int budget, int chunk,
-                  std::span<int> take) {
+                  std::span<int> take, int enough = std::numeric_limits<int>::max()) {
     std::vector<std::size_t> order;
     for (std::size_t i = 0; i < demand.size(); ++i) {
         if (!demand[i].decoding && demand[i].prefill_left > 0) order.push_back(i);
@@ -29,18 +31,23 @@ int take_prefills(std::span<const SequenceDemand> demand, int budget, int chunk,
     std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
         return demand[a].admitted < demand[b].admitted;
     });
+    int given = 0;
     for (std::size_t i : order) {
-        if (budget <= 0) break;
+        if (budget <= 0 || given >= enough) break;
         const int n = std::min({demand[i].prefill_left, chunk, budget});
         take[i] = n;
         budget -= n;
+        given += n;
     }
     return budget;
 }
 
 class DecodeMaximal final : public BatchStrategy {
   public:
-    std::string_view name() const override { return "decode_maximal"; }
+    // `enough`: rows of prompt after which no further prompt starts in the same call.
+    explicit DecodeMaximal(std::string_view name, int enough = std::numeric_limits<int>::max())
+        : name_(name), enough_(enough) {}
+    std::string_view name() const override { return name_; }
     void plan(std::span<const SequenceDemand> demand, const BatchBudget& budget,
               std::span<int> take) override {
         const int left = take_decodes(demand, budget.max_tokens, take);
@@ -49,8 +56,12 @@ class DecodeMaximal final : public BatchStrategy {
         // streams, and a burst of prompts finishes one after another instead of all at the end.
         const int decodes = budget.max_tokens - left;
         const int prompt_rows = std::max(budget.prefill_chunk - decodes, budget.prefill_chunk / 2);
-        take_prefills(demand, std::min(left, prompt_rows), budget.prefill_chunk, take);
+        take_prefills(demand, std::min(left, prompt_rows), budget.prefill_chunk, take, enough_);
     }
+
+  private:
+    std::string_view name_;
+    int enough_;
 };
 
 class PrefillPriority final : public BatchStrategy {
@@ -87,7 +98,10 @@ class Balanced final : public BatchStrategy {
 }  // namespace
 
 std::shared_ptr<BatchStrategy> decode_maximal() {
-    return std::make_shared<DecodeMaximal>();
+    return std::make_shared<DecodeMaximal>("decode_maximal");
+}
+std::shared_ptr<BatchStrategy> first_token_first() {
+    return std::make_shared<DecodeMaximal>("first_token_first", 64);
 }
 std::shared_ptr<BatchStrategy> prefill_priority() {
     return std::make_shared<PrefillPriority>();
@@ -100,8 +114,9 @@ Result<std::shared_ptr<BatchStrategy>> batch_strategy(std::string_view name) {
     if (name == "decode_maximal") return decode_maximal();
     if (name == "prefill_priority") return prefill_priority();
     if (name == "balanced") return balanced();
+    if (name == "first_token_first") return first_token_first();
     return fail(ErrorCode::invalid_argument, "unknown batch strategy '" + std::string(name) + "'",
-                "allowed: decode_maximal, prefill_priority, balanced");
+                "allowed: decode_maximal, prefill_priority, balanced, first_token_first");
 }
 
 }  // namespace llamapp

@@ -90,7 +90,8 @@ TEST(Engine, EveryStrategyProducesTheSameGreedyText) {
     std::vector<std::vector<Token>> expected;
     for (const auto& p : kPrompts) expected.push_back(solo(encode(m, p), 24));
     for (bool separate : {true, false}) {
-        for (auto strategy : {decode_maximal(), prefill_priority(), balanced()}) {
+        for (auto strategy :
+             {decode_maximal(), prefill_priority(), balanced(), first_token_first()}) {
             EngineOptions o = options(3);
             o.strategy = strategy;
             o.prefill_chunk = 3;  // several prefill chunks per prompt

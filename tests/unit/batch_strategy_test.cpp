@@ -45,7 +45,22 @@ TEST(BatchStrategy, BalancedSplitsAndLendsWhatIsUnused) {
     EXPECT_EQ(plan(*s, 2, 256), (std::vector<int>{1, 0, 0, 1}));
 }
 
+TEST(BatchStrategy, FirstTokenFirstFinishesPromptsOneAtATime) {
+    auto s = first_token_first();
+    // The oldest prompt (demand 3, 100 tokens) fills a tile: the next one waits.
+    EXPECT_EQ(plan(*s, 512, 256), (std::vector<int>{1, 0, 1, 100}));
+    // A prompt shorter than a tile lets the next one top the call up.
+    const auto t0 = std::chrono::steady_clock::time_point{};
+    std::vector<SequenceDemand> d = {{0, false, 900, t0 + std::chrono::seconds(1)},
+                                     {1, false, 30, t0},
+                                     {2, false, 500, t0 + std::chrono::seconds(2)}};
+    std::vector<int> take(d.size(), 0);
+    s->plan(d, BatchBudget{512, 256, 0}, take);
+    EXPECT_EQ(take, (std::vector<int>{226, 30, 0}));
+}
+
 TEST(BatchStrategy, ByName) {
+    EXPECT_EQ((*batch_strategy("first_token_first"))->name(), "first_token_first");
     EXPECT_EQ((*batch_strategy("balanced"))->name(), "balanced");
     EXPECT_EQ((*batch_strategy("prefill_priority"))->name(), "prefill_priority");
     EXPECT_EQ((*batch_strategy("decode_maximal"))->name(), "decode_maximal");
