@@ -37,7 +37,7 @@ struct CacheFlags {
     int min_tokens = SavePolicy{}.min_tokens;
 };
 
-// Prompt-lookup speculation (EngineOptions::draft_tokens, draft_match).
+// Prompt-lookup speculation (EngineOptions::draft_tokens, draft_match, draft_batch_rows).
 struct DraftFlags {
     int tokens = EngineOptions{}.draft_tokens;
     int match = EngineOptions{}.draft_match;
