@@ -32,6 +32,8 @@ Scheduler::Scheduler(Context context, EngineOptions options, EngineMetrics metri
                         ? static_cast<std::size_t>(std::max(0, options_.min_prefill_rows))
                         : 0),
       separate_prompt_rows_(cpu_flash_attention(options_) && options_.separate_prompt_rows),
+      draft_rows_(
+          std::min(options_.draft_batch_rows, static_cast<int>(llama_n_ubatch(state_.ctx.get())))),
       inbox_(std::make_shared<Inbox>()),
       batch_(n_batch_) {
     if (!options_.strategy) options_.strategy = decode_maximal();

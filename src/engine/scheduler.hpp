@@ -180,6 +180,9 @@ class Scheduler {
     const int n_batch_;
     const std::size_t prefill_rows_;   // EngineOptions::min_prefill_rows where it applies, else 0
     const bool separate_prompt_rows_;  // EngineOptions::separate_prompt_rows where it applies
+    // EngineOptions::draft_batch_rows, within one ubatch so that a lead and its drafts are
+    // placed together (see plan_drafts).
+    const int draft_rows_;
     std::shared_ptr<Inbox> inbox_;
     std::atomic<std::uint64_t> last_id_{0};
     CancellationToken stop_decoding_;  // aborts a decode in flight at shutdown

@@ -87,10 +87,7 @@ void Scheduler::plan_rows() {
         room -= take_[i];
         decode_rows += demand_[i].decoding ? take_[i] : 0;
     }
-    // Within one ubatch, so that a lead and its drafts are placed together (see plan_drafts).
-    const int draft_rows =
-        std::min(options_.draft_batch_rows, static_cast<int>(llama_n_ubatch(state_.ctx.get())));
-    room = std::min(room, draft_rows - decode_rows);
+    room = std::min(room, draft_rows_ - decode_rows);
     for (std::size_t i = 0; i < demand_.size(); ++i) {
         if (take_[i] == 0) continue;
         const int slot_index = demand_[i].slot;

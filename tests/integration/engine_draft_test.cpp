@@ -17,9 +17,7 @@ Engine engine(int draft_tokens, int slots = 2) {
     o.context.n_seq_max = slots;
     o.context.n_threads = 1;
     o.draft_tokens = draft_tokens;
-    auto e = Engine::create(test::stories_model(), std::move(o));
-    if (!e) throw std::runtime_error(e.error().describe());
-    return std::move(*e);
+    return test::create_engine(test::stories_model(), std::move(o));
 }
 
 // Text the model continues by repeating itself, and text it does not.

@@ -34,9 +34,7 @@ class EngineFamilies : public ::testing::TestWithParam<test::Family> {
         o.context.n_seq_max = slots;
         o.context.n_threads = 2;
         o.min_adopt_tokens = 2;
-        auto e = Engine::create(*model_, o);
-        if (!e) throw std::runtime_error(e.error().describe());
-        return std::move(*e);
+        return test::create_engine(*model_, std::move(o));
     }
     std::vector<Token> solo(const std::vector<Token>& prompt, int max_tokens) {
         ContextOptions co;

@@ -50,9 +50,7 @@ Engine make_engine(const Model& model, std::shared_ptr<KvStore> store,
     o.context.n_threads = 2;
     o.kv_store = std::move(store);
     o.save_policy = policy;
-    auto e = Engine::create(model, o);
-    if (!e) throw std::runtime_error(e.error().describe());
-    return std::move(*e);
+    return test::create_engine(model, std::move(o));
 }
 
 test::Drained run(Engine& e, const std::vector<Token>& prompt, int max_tokens = 16,

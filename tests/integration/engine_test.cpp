@@ -26,9 +26,7 @@ EngineOptions options(int slots, std::int64_t n_ctx = 1024) {
 }
 
 Engine engine(EngineOptions o) {
-    auto e = Engine::create(test::stories_model(), std::move(o));
-    if (!e) throw std::runtime_error(e.error().describe());
-    return std::move(*e);
+    return test::create_engine(test::stories_model(), std::move(o));
 }
 
 const std::vector<std::string> kPrompts = {

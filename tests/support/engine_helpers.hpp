@@ -40,6 +40,13 @@ inline Drained drain(RequestHandle&& handle) {
     return drain(handle);
 }
 
+// Creates an engine; a failure fails the test at once.
+inline Engine create_engine(const Model& model, EngineOptions options) {
+    auto e = Engine::create(model, std::move(options));
+    if (!e) throw std::runtime_error(e.error().describe());
+    return std::move(*e);
+}
+
 inline EngineRequest request(std::vector<Token> prompt, int max_tokens, bool ignore_eos = true) {
     EngineRequest r;
     r.prompt = std::move(prompt);
