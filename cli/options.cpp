@@ -166,7 +166,7 @@ void add_cache(CLI::App& app, CacheFlags& flags) {
 void add_draft(CLI::App& app, DraftFlags& flags) {
     app.add_option("--draft-tokens", flags.tokens,
                    "prompt-lookup speculation: tokens a stream may draft from its own history "
-                   "per decode, each kept only if sampling picks it (0 = off; 3 suits a CPU)")
+                   "per decode, each kept only if sampling picks it (0 = off)")
         ->capture_default_str()
         ->check(CLI::NonNegativeNumber);
     app.add_option("--draft-match", flags.match,

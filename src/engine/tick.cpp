@@ -191,9 +191,10 @@ void Scheduler::process_rows(std::size_t begin, std::size_t end) {
             process_rows(mid, end);
             return;
         }
-        // One token that cannot fit: only its request fails.
+        // One token that cannot fit: only its request fails (not the owner of a dropped draft
+        // that the halving left beside it).
         for (std::size_t i = begin; i < end; ++i) {
-            if (!live(rows_[i])) continue;
+            if (rows_[i].dropped || !live(rows_[i])) continue;
             Slot& s = slots_[static_cast<std::size_t>(rows_[i].slot)];
             clear_sequence(s);
             finish(s, FinishReason::error,

@@ -602,7 +602,7 @@ TEST(ServerOptions, CorsIsOffByDefault) {
     EXPECT_FALSE(r->has_header("Access-Control-Allow-Origin"));
 }
 
-TEST(ServerOptions, DraftTokensKeepTheReplyAndShowInMetrics) {
+TEST(ServerOptions, DraftsAreOnByDefaultKeepTheReplyAndShowInMetrics) {
     const json body = {{"prompt",
                         "Tom said, \"I like the red ball.\" Sue said, \"I like the red ball.\" "
                         "Tom said, \"I like"},
@@ -610,8 +610,10 @@ TEST(ServerOptions, DraftTokensKeepTheReplyAndShowInMetrics) {
                        {"temperature", 0}};
     std::string replies[2];
     for (int drafting : {0, 1}) {
-        ServerProcess server(
-            {"-m", stories, "-c", "512", "-t", "2", "--draft-tokens", drafting ? "3" : "0"});
+        // Drafting is on unless turned off.
+        std::vector<std::string> args = {"-m", stories, "-c", "512", "-t", "2"};
+        if (!drafting) args.insert(args.end(), {"--draft-tokens", "0"});
+        ServerProcess server(args);
         auto r = server.client().Post("/v1/completions", body.dump(), "application/json");
         ASSERT_TRUE(r && r->status == 200);
         replies[drafting] = json::parse(r->body)["choices"][0]["text"];
