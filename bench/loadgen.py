@@ -68,6 +68,7 @@ def main():
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--prompt-words", type=int, default=100)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
     args = ap.parse_args()
 
     ttfts, totals, errors = [], [], []
@@ -77,8 +78,10 @@ def main():
         rng = random.Random(args.seed * 1000 + cid)
         for _ in range(args.requests):
             body = {"prompt": prompt(rng, args.prompt_words), "max_tokens": args.max_tokens,
-                    "temperature": 0, "stream": True, "ignore_eos": True,
+                    "temperature": args.temperature, "stream": True, "ignore_eos": True,
                     "stream_options": {"include_usage": True}}
+            if args.temperature > 0:
+                body["seed"] = rng.randrange(1 << 30)
             try:
                 ttft, tokens = one_request(args.host, args.port, body)
             except Exception as e:  # noqa: BLE001 - reported, not hidden
