@@ -238,6 +238,15 @@ std::string without_text_before_calls(const std::string& gbnf) {
            std::regex_replace(gbnf.substr(begin, end - begin), lead_in, "") + gbnf.substr(end);
 }
 
+// For templates whose every call sits in its own markers (Qwen3's <tool_call>...</tool_call>)
+// this llama.cpp builds `tool-calls ::= (...)+` even with parallel calls off, so a model may go
+// on calling until max_tokens while the parse keeps only the first call; allow one instead.
+std::string one_tool_call(const std::string& gbnf) {
+    static const std::regex repeated(R"((^|\n)tool-calls ::= \((.*)\)\+(?=\n|$))");
+    return std::regex_replace(gbnf, repeated, "$1tool-calls ::= $2",
+                              std::regex_constants::format_first_only);
+}
+
 // True when tokenizing `text` with special-token parsing would produce control tokens, i.e. the
 // text spells out markup such as "<|im_end|>".
 Result<bool> spells_control_tokens(const Tokenizer& tok, const std::string& text) {
@@ -349,12 +358,14 @@ Result<ChatPrompt> ChatTemplate::render(const std::vector<ChatMessage>& messages
     if (prompt.tokens.empty())
         return fail(ErrorCode::template_error, "chat template rendered an empty prompt");
     prompt.stop = params->additional_stops;
+    const bool one_call = !options.parallel_tool_calls || !options.forced_tool.empty();
     if (!params->grammar.empty()) {
         const bool must_call =
             options.tool_choice == ToolChoice::required ||
             (!options.forced_tool.empty() && options.tool_choice != ToolChoice::none);
         prompt.tool_grammar.gbnf =
             must_call ? without_text_before_calls(params->grammar) : params->grammar;
+        if (one_call) prompt.tool_grammar.gbnf = one_tool_call(prompt.tool_grammar.gbnf);
         prompt.tool_grammar.lazy = params->grammar_lazy;
         prompt.tool_grammar.reply_prefix = params->generation_prompt;
         for (const auto& t : params->grammar_triggers) {
@@ -374,8 +385,7 @@ Result<ChatPrompt> ChatTemplate::render(const std::vector<ChatMessage>& messages
     auto parse_state = std::make_shared<detail::ChatParseState>();
     parse_state->params = common_chat_parser_params(*params);
     parse_state->params.reasoning_format = COMMON_REASONING_FORMAT_DEEPSEEK;
-    if (!options.parallel_tool_calls || !options.forced_tool.empty())
-        parse_state->max_tool_calls = 1;
+    if (one_call) parse_state->max_tool_calls = 1;
     if (!params->parser.empty()) {
         try {
             parse_state->params.parser.load(params->parser);

@@ -99,12 +99,30 @@ TEST(ChatTools, TheTemplateDescribesTheToolsAndDerivesAGrammar) {
     auto same = tmpl->render({{.role = "user", .content = "hi"}}, named);
     ASSERT_TRUE(same);
     EXPECT_EQ(same->tool_grammar.gbnf, g);
+
+    // Parallel calls repeat the call rule; without them (OpenAI's parallel_tool_calls=false) the
+    // grammar holds one call, even for templates where llama.cpp writes a repeat regardless.
+    const std::regex repeats(R"((^|\n)tool-calls ::= .*\)[+*]\n)");
+    o.tool_choice = ToolChoice::required;
+    o.parallel_tool_calls = true;
+    auto parallel = tmpl->render({{.role = "user", .content = "hi"}}, o);
+    ASSERT_TRUE(parallel);
+    EXPECT_TRUE(std::regex_search(parallel->tool_grammar.gbnf, repeats))
+        << parallel->tool_grammar.gbnf;
+    o.parallel_tool_calls = false;
+    auto single = tmpl->render({{.role = "user", .content = "hi"}}, o);
+    ASSERT_TRUE(single);
+    EXPECT_FALSE(std::regex_search(single->tool_grammar.gbnf, repeats))
+        << single->tool_grammar.gbnf;
+    EXPECT_NE(single->tool_grammar.gbnf.find("tool-calls ::= "), std::string::npos);
 }
 
 TEST(ChatTools, ARequiredCallIsTheReply) {
     const Forced f = generate_forced("get_weather");
     const ChatMessage m = ChatTemplate::parse(f.generation.text, f.prompt);
     ASSERT_EQ(m.tool_calls.size(), 1u) << f.generation.text;
+    // One call is all the grammar allows: the reply ends after it instead of running on.
+    EXPECT_EQ(f.generation.finish_reason, FinishReason::stop) << f.generation.text;
     EXPECT_TRUE(m.content.empty()) << m.content;
     const ToolCall& call = m.tool_calls[0];
     EXPECT_EQ(call.name, "get_weather");
