@@ -141,11 +141,13 @@ int Scheduler::plan_drafts(Slot& s, int room) {
     return static_cast<int>(draft_.size());
 }
 
-// A row still belongs to the request it was planned for (a failure earlier in this step may
-// have ended that request).
+// A row still takes part in the step: it is not a draft dropped for room, and it still belongs
+// to the request it was planned for (a failure earlier in this step may have ended that
+// request). Halving a batch can leave a dropped draft beside other rows, and its request must
+// not be failed or rewound for their sake.
 bool Scheduler::live(const Row& row) const {
     const Slot& s = slots_[static_cast<std::size_t>(row.slot)];
-    return s.running && s.running->pending->id == row.request;
+    return !row.dropped && s.running && s.running->pending->id == row.request;
 }
 
 void Scheduler::process_rows(std::size_t begin, std::size_t end) {
@@ -155,7 +157,7 @@ void Scheduler::process_rows(std::size_t begin, std::size_t end) {
     for (std::size_t i = begin; i < end; ++i) {
         Row& row = rows_[i];
         row.batch_index = -1;
-        if (row.dropped || !live(row)) continue;
+        if (!live(row)) continue;
         if (!first) first = &row;
         single_owner = single_owner && row.request == first->request;
         row.batch_index = batch_.batch.n_tokens;
@@ -183,18 +185,16 @@ void Scheduler::process_rows(std::size_t begin, std::size_t end) {
         metrics_.kv_pressure->inc();
         if (drop_drafts(begin, end) || free_one_idle_sequence()) return process_rows(begin, end);
         std::size_t live_rows = 0;
-        for (std::size_t i = begin; i < end; ++i)
-            live_rows += !rows_[i].dropped && live(rows_[i]) ? 1 : 0;
+        for (std::size_t i = begin; i < end; ++i) live_rows += live(rows_[i]) ? 1 : 0;
         if (live_rows > 1) {
             const std::size_t mid = begin + (end - begin) / 2;
             process_rows(begin, mid);
             process_rows(mid, end);
             return;
         }
-        // One token that cannot fit: only its request fails (not the owner of a dropped draft
-        // that the halving left beside it).
+        // One token that cannot fit: only its request fails.
         for (std::size_t i = begin; i < end; ++i) {
-            if (rows_[i].dropped || !live(rows_[i])) continue;
+            if (!live(rows_[i])) continue;
             Slot& s = slots_[static_cast<std::size_t>(rows_[i].slot)];
             clear_sequence(s);
             finish(s, FinishReason::error,
