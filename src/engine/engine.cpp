@@ -122,7 +122,10 @@ Result<std::unique_ptr<detail::Pending>> prepare(detail::Scheduler& s, EngineReq
         request.queue_timeout.count() < 0 ? s.options().queue_timeout : request.queue_timeout;
     if (queue_timeout.count() > 0) pending->queue_deadline = submitted + queue_timeout;
     if (o.timeout.count() > 0) pending->deadline = submitted + o.timeout;
-    pending->channel = std::make_shared<detail::RequestChannel>(pending->id, o.cancel, s.inbox());
+    // A token of the request's own: the caller's token still cancels it, but cancelling this
+    // handle does not reach other requests submitted with copies of the same options.
+    pending->channel =
+        std::make_shared<detail::RequestChannel>(pending->id, o.cancel.child(), s.inbox());
     pending->request = std::move(request);
     s.prefetch(*pending);  // disk reads happen here, not on the decode thread
     return pending;
@@ -175,9 +178,12 @@ Result<std::vector<RequestHandle>> Engine::submit_all(std::vector<EngineRequest>
 }
 
 Result<RequestHandle> Engine::submit(std::string_view prompt, EngineRequest request) {
-    if (prompt.empty()) return fail(ErrorCode::invalid_argument, "prompt is empty", "prompt");
+    detail::Scheduler& s = *scheduler_;
+    if (prompt.empty())
+        return std::unexpected(rejected(
+            s, Error{ErrorCode::invalid_argument, "prompt is empty", "prompt"}, request.session));
     auto tokens = model().tokenizer().encode(prompt, request.options.tokenize);
-    if (!tokens) return std::unexpected(tokens.error());
+    if (!tokens) return std::unexpected(rejected(s, tokens.error(), request.session));
     request.prompt = std::move(*tokens);
     return submit(std::move(request));
 }
@@ -185,10 +191,12 @@ Result<RequestHandle> Engine::submit(std::string_view prompt, EngineRequest requ
 Result<ChatSubmission> Engine::submit_chat(const ChatTemplate& chat_template,
                                            const std::vector<ChatMessage>& messages,
                                            EngineRequest request, const ChatRenderOptions& render) {
+    detail::Scheduler& s = *scheduler_;
     auto prompt = chat_template.render(messages, render);
-    if (!prompt) return std::unexpected(prompt.error());
+    if (!prompt) return std::unexpected(rejected(s, prompt.error(), request.session));
     request.prompt = prompt->tokens;
-    if (auto ok = prompt->constrain(request.options); !ok) return std::unexpected(ok.error());
+    if (auto ok = prompt->constrain(request.options); !ok)
+        return std::unexpected(rejected(s, ok.error(), request.session));
     auto handle = submit(std::move(request));
     if (!handle) return std::unexpected(handle.error());
     return ChatSubmission{std::move(*handle), std::move(*prompt)};

@@ -165,14 +165,17 @@ void Scheduler::process_rows(std::size_t begin, std::size_t end) {
     }
     const int n = batch_.batch.n_tokens;
     if (n == 0) return;
-    // A batch serving one request alone can be interrupted by that request's cancel; a shared
-    // one only by shutdown (and the per-decode budget), so one caller cannot abort the others.
+    // A batch serving one request alone can be interrupted by that request's cancel or deadline;
+    // a shared one only by shutdown (and the per-decode budget), so one caller cannot abort the
+    // others.
     const CancellationToken* abort_token = &stop_decoding_;
+    Clock::time_point deadline = Clock::time_point::max();
     if (single_owner && !stop_decoding_.cancelled()) {
-        abort_token =
-            &slots_[static_cast<std::size_t>(first->slot)].running->pending->channel->cancel;
+        const Pending& owner = *slots_[static_cast<std::size_t>(first->slot)].running->pending;
+        abort_token = &owner.channel->cancel;
+        deadline = owner.deadline;
     }
-    auto ok = state_.decode(batch_.batch, abort_token, Clock::time_point::max());
+    auto ok = state_.decode(batch_.batch, abort_token, deadline);
     metrics_.decode_calls->inc();
     if (ok) {
         metrics_.decoded_tokens->inc(n);
@@ -204,8 +207,14 @@ void Scheduler::process_rows(std::size_t begin, std::size_t end) {
         }
         return;
     }
-    // Aborted (cancel, shutdown, per-decode budget) or failed: undo what the call may have left
-    // in the cache. Cancelled requests are finished by the next reap; others fail here.
+    // Aborted (cancel, shutdown, per-decode budget, the owner's deadline) or failed: undo what
+    // the call may have left in the cache. Cancelled requests are finished by the next reap;
+    // others fail here.
+    if (code == ErrorCode::timeout && Clock::now() >= deadline) {
+        rollback(begin, end, Error{ErrorCode::timeout, "generation deadline passed", "timeout"},
+                 true);
+        return;
+    }
     rollback(begin, end, ok.error(), code != ErrorCode::cancelled);
 }
 

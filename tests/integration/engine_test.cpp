@@ -4,6 +4,7 @@
 #include <atomic>
 #include <map>
 #include <mutex>
+#include <thread>
 
 #include "support/engine_helpers.hpp"
 
@@ -430,6 +431,51 @@ TEST(Engine, MetricsAndLifecycleEvents) {
     EXPECT_GE(seen[LifecycleStage::first_token], 2);
 }
 
+// The value of one series in Prometheus text, or -1 when it is missing.
+double series_value(const std::string& text, const std::string& series) {
+    const auto at = text.find("\n" + series + " ");
+    return at == std::string::npos ? -1 : std::stod(text.substr(at + series.size() + 2));
+}
+
+TEST(Engine, MetricsCountWhatHappened) {
+    const Model& m = test::stories_model();
+    Engine e = engine(options(1));
+    const auto p = encode(m, kPrompts[1]);
+    const double n = static_cast<double>(p.size());
+    drain(*e.submit(request(p, 8)));
+    drain(*e.submit(request(p, 8)));
+    auto timed = request(encode(m, kPrompts[2]), -1);
+    timed.options.timeout = std::chrono::milliseconds(50);
+    drain(*e.submit(timed));
+    EXPECT_FALSE(e.submit("", request({}, 4)));  // rejected before it reaches the queue
+    const std::string text = e.metrics().prometheus_text();
+    EXPECT_EQ(series_value(text, "llamapp_requests_total{outcome=\"length\"}"), 2) << text;
+    EXPECT_EQ(series_value(text, "llamapp_requests_total{outcome=\"timeout\"}"), 1);
+    EXPECT_EQ(series_value(text, "llamapp_requests_total{outcome=\"rejected\"}"), 1);
+    const double timed_prompt = static_cast<double>(encode(m, kPrompts[2]).size());
+    EXPECT_EQ(series_value(text, "llamapp_prompt_tokens_total"), 2 * n + timed_prompt);
+    // The slot holds all but the last token of the repeated prompt (and maybe a few tokens the
+    // third prompt shares with it).
+    EXPECT_GE(series_value(text, "llamapp_prompt_tokens_cached_total"), n - 1);
+    EXPECT_LT(series_value(text, "llamapp_prompt_tokens_cached_total"), n - 1 + timed_prompt);
+    EXPECT_GE(series_value(text, "llamapp_generated_tokens_total"), 16);
+    EXPECT_GE(series_value(text, "llamapp_decoded_tokens_total"), n + 1);
+    EXPECT_GT(series_value(text, "llamapp_decode_calls_total"), 0);
+    // Every successful call is observed; the timed request's last call may have been aborted.
+    EXPECT_GE(series_value(text, "llamapp_batch_size_tokens_count"),
+              series_value(text, "llamapp_decode_calls_total") - 1);
+    EXPECT_EQ(series_value(text, "llamapp_request_duration_seconds_count"), 3);
+    EXPECT_EQ(series_value(text, "llamapp_queue_wait_seconds_count"), 3);
+    EXPECT_EQ(series_value(text, "llamapp_time_to_first_token_seconds_count"), 3);
+    EXPECT_GE(series_value(text, "llamapp_inter_token_latency_seconds_count"), 14);
+    EXPECT_EQ(series_value(text, "llamapp_queue_depth"), 0);
+    EXPECT_TRUE(test::eventually(
+        [&] { return series_value(e.metrics().prometheus_text(), "llamapp_busy_slots") == 0; }));
+    const double kv = series_value(e.metrics().prometheus_text(), "llamapp_kv_cache_tokens");
+    EXPECT_GT(kv, 0);  // the finished sequences stay cached
+    EXPECT_LE(kv, series_value(text, "llamapp_kv_cache_capacity_tokens"));
+}
+
 TEST(Engine, ShutdownCancelsWhatRunsAndRefusesNewWork) {
     const Model& m = test::stories_model();
     Engine e = engine(options(2, 4096));
@@ -603,6 +649,48 @@ TEST(Engine, ADecodeOverItsTimeBudgetIsAbortedAndTheEngineLivesOn) {
         EXPECT_EQ(d.completion.generation.error->code, ErrorCode::timeout);
         EXPECT_EQ(e.stats().kv_tokens, 0);
     }
+}
+
+TEST(Engine, ARequestDeadlineAbortsItsDecodeInFlight) {
+    const Model& m = test::stories_model();
+    EngineOptions o = one_big_step(4096);
+    // The deadline passes while the request is being admitted, so its one 3,000-token decode
+    // starts late: only the abort callback can stop it before a token is sampled.
+    o.on_lifecycle = [](const LifecycleEvent& ev) {
+        if (ev.stage == LifecycleStage::admitted)
+            std::this_thread::sleep_for(std::chrono::milliseconds(60));
+    };
+    Engine e = engine(o);
+    EngineRequest r = request(long_prompt(m, 3000), 4);
+    r.options.timeout = std::chrono::milliseconds(30);
+    auto d = drain(*e.submit(r));
+    const Generation& g = d.completion.generation;
+    EXPECT_EQ(g.finish_reason, FinishReason::cancelled);
+    EXPECT_EQ(g.usage.completion_tokens, 0);
+    ASSERT_TRUE(g.error);
+    EXPECT_EQ(g.error->code, ErrorCode::timeout);
+    EXPECT_EQ(g.error->message, "generation deadline passed");
+}
+
+TEST(Engine, CancellingOneHandleLeavesRequestsSharingItsOptionsAlone) {
+    const Model& m = test::stories_model();
+    Engine e = engine(options(2, 1024));
+    CancellationToken caller;  // copied into both requests with their options
+    EngineRequest r = request(encode(m, kPrompts[0]), 24);
+    r.options.cancel = caller;
+    auto first = e.submit(r);
+    auto second = e.submit(r);
+    ASSERT_TRUE(first && second);
+    first->cancel();
+    EXPECT_EQ(drain(*first).completion.generation.finish_reason, FinishReason::cancelled);
+    const auto kept = drain(*second).completion.generation;
+    EXPECT_EQ(kept.finish_reason, FinishReason::length);
+    EXPECT_EQ(kept.usage.completion_tokens, 24);
+    // The caller's own token still reaches every request made with it.
+    auto third = e.submit(r);
+    ASSERT_TRUE(third);
+    caller.cancel();
+    EXPECT_EQ(drain(*third).completion.generation.finish_reason, FinishReason::cancelled);
 }
 
 TEST(Engine, ABurstSharingASystemPromptComputesItOnce) {
