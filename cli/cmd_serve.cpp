@@ -93,6 +93,10 @@ Runner add_serve(CLI::App& app) {
             while (!options.api_key.empty() &&
                    (options.api_key.back() == '\n' || options.api_key.back() == '\r'))
                 options.api_key.pop_back();
+            // An empty key would mean no authentication at all: refuse rather than open up.
+            if (options.api_key.empty())
+                return report(Error{ErrorCode::invalid_argument, "the API key file is empty",
+                                    flags->api_key_file});
         }
         if (!flags->chat_template_file.empty()) {
             auto text = read_text_file(flags->chat_template_file, "--chat-template-file");

@@ -8,7 +8,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 
 # Debian package names, pinned here and nowhere else. Why each is needed: README.md.
 packages=(
-  g++ cmake ninja-build ccache git pkg-config
+  g++ cmake ninja-build ccache git pkg-config curl
   libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev libfmt-dev libspdlog-dev libssl-dev libxxhash-dev
 )

@@ -138,15 +138,15 @@ struct Reply {
     }
 };
 
-// One structured line per finished generation (the HTTP line comes from the access logger).
-void log_request(const std::string& id, const Completion& c) {
+// A finished generation's part of its access-log line.
+std::string log_fields(const Completion& c) {
     const Generation& g = c.generation;
-    log(LogLevel::info,
-        "request id={} finish={} prompt_tokens={} cached_tokens={} completion_tokens={} "
-        "draft_tokens={} draft_accepted={} ttft_ms={:.1f} total_ms={:.1f}",
-        id, to_string(g.finish_reason), g.usage.prompt_tokens, g.usage.cached_tokens,
-        g.usage.completion_tokens, c.draft_tokens, c.draft_accepted, g.timings.ttft_ms,
-        g.timings.total_ms);
+    return fmt::format(
+        "finish={} prompt_tokens={} cached_tokens={} completion_tokens={} draft_tokens={} "
+        "draft_accepted={} queue_ms={:.1f} ttft_ms={:.1f} total_ms={:.1f}{}",
+        to_string(g.finish_reason), g.usage.prompt_tokens, g.usage.cached_tokens,
+        g.usage.completion_tokens, c.draft_tokens, c.draft_accepted, c.queue_ms, g.timings.ttft_ms,
+        g.timings.total_ms, g.error ? " error=" + std::string(to_string(g.error->code)) : "");
 }
 
 std::string sse(const json& data) {
@@ -208,17 +208,22 @@ void ServerState::generate(const httplib::Request& req, httplib::Response& res, 
         RequestHandle& handle = *submitted;
         EngineEvent event;
         std::optional<Completion> done;
+        // Tokens keep arriving while nobody may be left to read the answer: look at the socket
+        // between them too, not only when the engine is quiet.
+        constexpr auto look_every = std::chrono::milliseconds(50);
+        auto next_look = std::chrono::steady_clock::now() + look_every;
         for (;;) {
-            const auto got = handle.next_for(event, std::chrono::milliseconds(100));
+            const auto got = handle.next_for(event, look_every);
             if (got == RequestHandle::Wait::closed) break;
-            if (got == RequestHandle::Wait::timeout) {
-                if (req.is_connection_closed()) handle.cancel();  // nobody will read the answer
-                continue;
+            if (got == RequestHandle::Wait::event && event.final)
+                done = std::move(event.completion);
+            if (const auto now = std::chrono::steady_clock::now(); now >= next_look) {
+                if (!done && req.is_connection_closed()) handle.cancel();
+                next_look = now + look_every;
             }
-            if (event.final) done = std::move(event.completion);
         }
         const Generation& gen = done->generation;
-        log_request(reply.id, *done);
+        pending_log_fields() = log_fields(*done);
         if (gen.error) throw HttpException{http_error(*gen.error)};
         json out = reply.envelope(chat ? "chat.completion" : "text_completion");
         json choice = {{"index", 0}, {"finish_reason", finish_name(gen.finish_reason)}};
@@ -240,6 +245,14 @@ void ServerState::generate(const httplib::Request& req, httplib::Response& res, 
 
     // Streaming: the provider runs on this connection's thread until the final event.
     struct Stream {
+        Stream(RequestHandle h, Reply r, InFlight c, ChatStreamParser p)
+            : handle(std::move(h)),
+              reply(std::move(r)),
+              counted(std::move(c)),
+              parser(std::move(p)) {}
+        Stream(const Stream&) = delete;
+        Stream& operator=(const Stream&) = delete;
+
         RequestHandle handle;
         Reply reply;
         bool include_usage = false;
@@ -247,10 +260,23 @@ void ServerState::generate(const httplib::Request& req, httplib::Response& res, 
         bool started = false;
         InFlight counted;
         ChatStreamParser parser;  // chat only
+        // The access-log line, written when the stream ends however it ends.
+        const ServerState* server = nullptr;
+        std::string method, path;
+        std::size_t bytes = 0;
+        std::string fields = "finish=disconnected";
+
+        ~Stream() {
+            if (server) server->access_log(method, path, 200, bytes, reply.id, fields);
+        }
     };
-    auto stream =
-        std::make_shared<Stream>(Stream{std::move(*submitted), reply, g.include_usage, g.logprobs,
-                                        false, std::move(counted), ChatStreamParser(rendered)});
+    auto stream = std::make_shared<Stream>(std::move(*submitted), reply, std::move(counted),
+                                           ChatStreamParser(rendered));
+    stream->include_usage = g.include_usage;
+    stream->logprobs = g.logprobs;
+    stream->method = req.method;
+    stream->path = req.path;
+    stream->server = this;
     res.set_header("Cache-Control", "no-cache");
     res.set_chunked_content_provider("text/event-stream", [stream, chat](std::size_t,
                                                                          httplib::DataSink& sink) {
@@ -292,7 +318,7 @@ void ServerState::generate(const httplib::Request& req, httplib::Response& res, 
             }
         } else {
             const Generation& gen = event.completion->generation;
-            log_request(s.reply.id, *event.completion);
+            s.fields = log_fields(*event.completion);
             if (gen.error) {
                 out += sse(http_error(*gen.error).body());
             } else {
@@ -318,6 +344,7 @@ void ServerState::generate(const httplib::Request& req, httplib::Response& res, 
             s.handle.cancel();  // the client went away
             return false;
         }
+        s.bytes += out.size();
         return true;
     });
 }

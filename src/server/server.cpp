@@ -66,12 +66,17 @@ Result<std::unique_ptr<Server>> Server::create(const Model& model, Engine& engin
         s.chat_template_error = t.error().describe();
         log(LogLevel::warning, "server: /v1/chat/completions is off: {}", s.chat_template_error);
     }
-    const int threads = options.http_threads > 0
-                            ? options.http_threads
-                            : engine.stats().slots + 64 + 16;  // slots, queue bound, headroom
-    s.http.new_task_queue = [threads] {
-        return new httplib::ThreadPool(8, static_cast<std::size_t>(threads));
-    };
+    // A connection waits for a thread before anything reads its request, where no queue bound,
+    // deadline or disconnect check can see it: enough threads for every slot, the whole engine
+    // queue (whose overflow then gets its 429) and headroom for health checks and metrics.
+    const EngineStats engine_stats = engine.stats();
+    const std::size_t threads =
+        options.http_threads > 0
+            ? static_cast<std::size_t>(options.http_threads)
+            : static_cast<std::size_t>(engine_stats.slots) + engine_stats.max_queued_requests + 16;
+    // All started up front: httplib adds a thread only when none is idle at the moment a
+    // connection is queued, so a burst can strand connections behind long requests.
+    s.http.new_task_queue = [threads] { return new httplib::ThreadPool(threads, threads); };
     s.http.set_payload_max_length(options.max_body_bytes);
     s.http.set_read_timeout(std::chrono::seconds(60));
     s.http.set_write_timeout(std::chrono::seconds(60));
@@ -145,15 +150,25 @@ bool ServerState::authorized(const httplib::Request& req) const {
     return constant_time_equal(header.substr(prefix.size()), options.api_key);
 }
 
-void ServerState::access_log(const httplib::Request& req, const httplib::Response& res) const {
-    const std::string id = res.get_header_value("X-Request-Id");
-    log(LogLevel::info, "http method={} path={} status={} bytes={}{}{}", req.method, req.path,
-        res.status, res.body.size(), id.empty() ? "" : " id=", id);
+std::string& pending_log_fields() {
+    thread_local std::string fields;
+    return fields;
+}
+
+void ServerState::access_log(const std::string& method, const std::string& path, int status,
+                             std::size_t bytes, const std::string& id,
+                             const std::string& fields) const {
+    log(LogLevel::info, "http {}{}method={} path={} status={} bytes={}{}{}",
+        id.empty() ? "" : "id=", id.empty() ? "" : id + " ", method, path, status, bytes,
+        fields.empty() ? "" : " ", fields);
 }
 
 void ServerState::register_routes() {
     http.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
-        access_log(req, res);
+        std::string fields = std::exchange(pending_log_fields(), {});
+        if (res.get_header_value("Content-Type") == "text/event-stream") return;  // logs itself
+        access_log(req.method, req.path, res.status, res.body.size(),
+                   res.get_header_value("X-Request-Id"), fields);
     });
     http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
         const std::string origin = req.get_header_value("Origin");

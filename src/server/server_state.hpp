@@ -42,8 +42,16 @@ struct ServerState {
     void embeddings(const httplib::Request& req, httplib::Response& res);
     void send_error(httplib::Response& res, const HttpError& error) const;
     bool authorized(const httplib::Request& req) const;
-    void access_log(const httplib::Request& req, const httplib::Response& res) const;
+    // One structured line per request. A generation adds its fields (finish, tokens, timings)
+    // through `fields`; a streamed reply, whose body goes out after httplib's logger has run,
+    // writes its own line when the stream ends.
+    void access_log(const std::string& method, const std::string& path, int status,
+                    std::size_t bytes, const std::string& id, const std::string& fields) const;
 };
+
+// Fields a non-streamed generation leaves for the access-log line of the request this thread
+// is answering (httplib runs a request's handler and its logger on one thread).
+std::string& pending_log_fields();
 
 // Keeps the in-flight count for drain(); a streamed response holds it until its last event.
 class InFlight {

@@ -1,0 +1,145 @@
+// Request fields of the real `llamapp serve` binary that change what comes back: reasoning split
+// out, seed, stop strings, chat log-probs, logit_bias, cache_prompt and session.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cctype>
+
+#include "support/http_helpers.hpp"
+#include "support/paths.hpp"
+#include "support/server_process.hpp"
+
+namespace {
+
+using json = nlohmann::json;
+using namespace llamapp::test;
+
+class ServerFields : public ::testing::Test {
+  protected:
+    static void SetUpTestSuite() {
+        server_ = new ServerProcess({"-m", generated_model("qwen3-tiny.gguf").string(), "-c",
+                                     "2048", "-t", "2", "--parallel", "2"});
+    }
+    static void TearDownTestSuite() {
+        delete server_;
+        server_ = nullptr;
+    }
+    static json post(const std::string& path, const json& body) {
+        auto r = server_->client().Post(path, body.dump(), "application/json");
+        EXPECT_TRUE(r && r->status == 200) << path << ": " << (r ? r->body : "no response");
+        if (!r) return json::object();
+        if (body.value("stream", false)) {
+            json events = json::array();
+            for (const auto& e : sse_events(r->body))
+                if (e != "data: [DONE]") events.push_back(json::parse(e.substr(6)));
+            return events;
+        }
+        return json::parse(r->body, nullptr, false);
+    }
+    static ServerProcess* server_;
+};
+ServerProcess* ServerFields::server_ = nullptr;
+
+TEST_F(ServerFields, ReasoningIsSplitOutWholeAndStreamed) {
+    // A grammar makes even a random model write a thinking block, then an answer.
+    json body = chat_body(40);
+    body["grammar"] = R"(root ::= "<think>" [a-z ]{2,12} "</think>" [a-z]{1,8})";
+    const json message = post("/v1/chat/completions", body)["choices"][0]["message"];
+    const std::string reasoning = message.value("reasoning_content", "");
+    const std::string content = message.value("content", "");
+    EXPECT_FALSE(reasoning.empty()) << message;
+    EXPECT_FALSE(content.empty()) << message;
+    EXPECT_EQ(content.find("think>"), std::string::npos) << message;
+    EXPECT_EQ(reasoning.find("think>"), std::string::npos) << message;
+
+    body["stream"] = true;
+    std::string streamed_reasoning, streamed_content;
+    for (const auto& chunk : post("/v1/chat/completions", body)) {
+        const json& delta = chunk["choices"][0]["delta"];
+        streamed_reasoning += delta.value("reasoning_content", "");
+        streamed_content += delta.value("content", "");
+    }
+    EXPECT_EQ(streamed_reasoning, reasoning);
+    EXPECT_EQ(streamed_content, content);
+}
+
+TEST_F(ServerFields, TheSameSeedSamplesTheSameText) {
+    const json body = {
+        {"prompt", "Once upon a time"}, {"max_tokens", 16}, {"temperature", 1.0}, {"seed", 1234}};
+    const json a = post("/v1/completions", body), b = post("/v1/completions", body);
+    EXPECT_EQ(a["choices"][0]["text"], b["choices"][0]["text"]);
+}
+
+TEST_F(ServerFields, AStopStringEndsTheReplyBeforeIt) {
+    json body = {{"prompt", "Once upon a time"}, {"max_tokens", 32}, {"temperature", 0}};
+    const std::string full = post("/v1/completions", body)["choices"][0]["text"];
+    // Three ASCII letters that first occur a few characters in.
+    std::size_t at = std::string::npos;
+    for (std::size_t k = 4; k + 3 <= full.size() && at == std::string::npos; ++k) {
+        const std::string s = full.substr(k, 3);
+        if (std::all_of(s.begin(), s.end(), [](char c) { return std::isalpha(c) != 0; }) &&
+            full.find(s) == k)
+            at = k;
+    }
+    ASSERT_NE(at, std::string::npos) << full;
+    body["stop"] = {"\x01never", full.substr(at, 3)};
+    const json choice = post("/v1/completions", body)["choices"][0];
+    EXPECT_EQ(choice["text"], full.substr(0, at));
+    EXPECT_EQ(choice["finish_reason"], "stop");
+}
+
+TEST_F(ServerFields, ChatLogprobsWholeAndStreamed) {
+    json body = chat_body(6);
+    body["logprobs"] = true;
+    body["top_logprobs"] = 2;
+    const json whole = post("/v1/chat/completions", body)["choices"][0]["logprobs"]["content"];
+    ASSERT_EQ(whole.size(), 6u) << whole;
+    for (const auto& t : whole) {
+        EXPECT_LE(t["logprob"].get<double>(), 0.0);
+        ASSERT_EQ(t["top_logprobs"].size(), 2u);
+        // Greedy: the chosen token is the most likely one.
+        EXPECT_EQ(t["top_logprobs"][0]["token"], t["token"]);
+        EXPECT_TRUE(t["bytes"].is_array());
+    }
+    body["stream"] = true;
+    json streamed = json::array();
+    for (const auto& chunk : post("/v1/chat/completions", body)) {
+        if (chunk["choices"].empty()) continue;
+        const json& lp = chunk["choices"][0]["logprobs"];
+        if (lp.is_object())
+            for (const auto& t : lp["content"]) streamed.push_back(t);
+    }
+    ASSERT_EQ(streamed.size(), whole.size());
+    for (std::size_t i = 0; i < whole.size(); ++i)
+        EXPECT_EQ(streamed[i]["token"], whole[i]["token"]) << i;
+}
+
+TEST_F(ServerFields, LogitBiasForcesAToken) {
+    const json ids = post("/tokenize", {{"content", " hello"}, {"add_special", false}})["tokens"];
+    ASSERT_EQ(ids.size(), 1u) << ids;
+    const std::string piece = post("/detokenize", {{"tokens", ids}})["content"];
+    const json body = {{"prompt", "Once upon a time"},
+                       {"max_tokens", 4},
+                       {"temperature", 0},
+                       {"logit_bias", {{std::to_string(ids[0].get<int>()), 100}}}};
+    EXPECT_EQ(post("/v1/completions", body)["choices"][0]["text"], piece + piece + piece + piece);
+}
+
+TEST_F(ServerFields, CachePromptAndSessionDecideWhatIsReused) {
+    json body = chat_body(4);
+    body["messages"][0]["content"] = "A question nobody asked before in this test run";
+    body["session"] = "fields-session";
+    const json first = post("/v1/chat/completions", body)["usage"];
+    const int prompt = first["prompt_tokens"];
+    EXPECT_EQ(first["prompt_tokens_details"]["cached_tokens"], 0);
+    body["cache_prompt"] = false;
+    EXPECT_EQ(post("/v1/chat/completions", body)["usage"]["prompt_tokens_details"]["cached_tokens"],
+              0);
+    body.erase("cache_prompt");
+    EXPECT_EQ(post("/v1/chat/completions", body)["usage"]["prompt_tokens_details"]["cached_tokens"],
+              prompt - 1);
+}
+
+}  // namespace
