@@ -178,11 +178,14 @@ class KvStore {
     // Reserves quota for a save of `bytes`, before anything is allocated. Empty (and counted as
     // dropped or duplicate) when the save cannot or need not be taken; never blocks on I/O.
     // With KvMatch::prefix the new entry serves every prefix of itself: stored entries that are
-    // its prefixes are dropped when it is committed (unless it holds only a sliding window).
+    // its prefixes are dropped once it is published where they are (unless it holds only a
+    // sliding window). `max_entry_bytes`: the caller's own policy limit (an engine's SavePolicy;
+    // 0 = none); without it the store's policy applies.
     std::optional<KvSaveTicket> reserve(const KvNamespace& ns, std::vector<Token> tokens,
                                         std::uint64_t bytes, SaveReason reason,
                                         std::int32_t kept_from = 0, std::string session = {},
-                                        KvMatch match = KvMatch::exact);
+                                        KvMatch match = KvMatch::exact,
+                                        std::optional<std::uint64_t> max_entry_bytes = {});
     // Publishes a filled ticket: into the RAM tier at once, to the first directory on a
     // writer thread.
     void commit(KvSaveTicket ticket);

@@ -143,8 +143,8 @@ void Scheduler::save(Slot& slot, SaveReason reason) {
     if (modes_.sliding_window > 0)
         kept_from = std::max<llama_pos>(
             kept_from, static_cast<llama_pos>(slot.cached.size()) - modes_.sliding_window);
-    auto ticket =
-        p.store->reserve(ns, slot.cached, bytes, reason, kept_from, slot.session, p.lookup.match);
+    auto ticket = p.store->reserve(ns, slot.cached, bytes, reason, kept_from, slot.session,
+                                   p.lookup.match, p.policy.max_entry_bytes);
     if (!ticket) return;
     const std::size_t copied =
         llama_state_seq_get_data(ctx, ticket->bytes().data(), bytes, slot.seq);

@@ -291,9 +291,11 @@ bool KvStore::covers(const KvNamespace& ns, std::span<const Token> tokens, KvMat
 std::optional<KvSaveTicket> KvStore::reserve(const KvNamespace& ns, std::vector<Token> tokens,
                                              std::uint64_t bytes, SaveReason reason,
                                              std::int32_t kept_from, std::string session,
-                                             KvMatch match) {
+                                             KvMatch match,
+                                             std::optional<std::uint64_t> max_entry_bytes) {
     if (tokens.empty() || bytes == 0) return std::nullopt;
-    auto t = impl_->reserve(ns, std::move(tokens), bytes, reason, kept_from, std::move(session));
+    auto t = impl_->reserve(ns, std::move(tokens), bytes, reason, kept_from, std::move(session),
+                            max_entry_bytes.value_or(impl_->options.policy.max_entry_bytes));
     if (!t) return std::nullopt;
     t->state_->supersede = match == KvMatch::prefix && kept_from <= 0;
     return std::move(*t);
@@ -309,15 +311,22 @@ void KvStore::commit(KvSaveTicket ticket) {
         if (s.by_id.contains(st->id)) {
             s.metrics.duplicates->inc();  // another engine saved the same tokens meanwhile
         } else {
+            std::vector<Handle> prefixes;
             if (st->supersede) {
-                std::vector<Handle> prefixes;
                 if (auto idx = s.indexes.find(st->ns_id); idx != s.indexes.end()) {
                     idx->second.by_boundary(st->tokens, [&](Handle other, std::size_t) {
                         prefixes.push_back(other);
                         return false;
                     });
                 }
-                for (Handle other : prefixes) s.remove(other, removals);
+                // Without a file of its own the new entry replaces only what has no file either:
+                // a published prefix is not deleted for a copy that lives in RAM alone.
+                if (!st->write) {
+                    for (Handle other : prefixes)
+                        if (const auto& o = s.entries.at(other); o.dir < 0 && !o.moving)
+                            s.remove(other, removals);
+                    prefixes.clear();
+                }
             }
             StoredEntry e;
             EntryHeader& h = e.header;
@@ -342,7 +351,8 @@ void KvStore::commit(KvSaveTicket ticket) {
             }
             if (st->write) {
                 e.moving = true;
-                s.jobs.push_back(WriteJob{handle, st->buffer, st->staged, st->started});
+                s.jobs.push_back(
+                    WriteJob{handle, st->buffer, st->staged, st->started, std::move(prefixes)});
                 s.work.notify_one();
             }
             s.add(handle, std::move(e));
@@ -360,7 +370,7 @@ Result<void> KvStore::put(const KvNamespace& ns, std::vector<Token> tokens,
         return fail(ErrorCode::invalid_argument, "an entry needs tokens and a payload");
     const std::string id = entry_id(ns.id(), tokens);
     auto t = impl_->reserve(ns, std::move(tokens), payload.size(), reason, kept_from,
-                            std::move(session));
+                            std::move(session), impl_->options.policy.max_entry_bytes);
     if (!t) {
         switch (t.error()) {
             case Drop::duplicate:

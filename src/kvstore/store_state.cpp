@@ -139,11 +139,9 @@ std::optional<std::size_t> KvStore::Impl::usable(const StoredEntry& e, std::size
     return m;
 }
 
-std::expected<KvSaveTicket, Drop> KvStore::Impl::reserve(const KvNamespace& ns,
-                                                         std::vector<Token> tokens,
-                                                         std::uint64_t bytes, SaveReason reason,
-                                                         std::int32_t kept_from,
-                                                         std::string session) {
+std::expected<KvSaveTicket, Drop> KvStore::Impl::reserve(
+    const KvNamespace& ns, std::vector<Token> tokens, std::uint64_t bytes, SaveReason reason,
+    std::int32_t kept_from, std::string session, std::uint64_t max_entry_bytes) {
     auto s = std::make_unique<KvSaveTicket::State>();
     s->store = this;
     s->key = ns;
@@ -169,7 +167,7 @@ std::expected<KvSaveTicket, Drop> KvStore::Impl::reserve(const KvNamespace& ns,
             if (!s->session.empty()) sessions[{s->ns_id, s->session}] = dup->second;
             return std::unexpected(Drop::duplicate);
         }
-        const std::uint64_t max = options.policy.max_entry_bytes;
+        const std::uint64_t max = max_entry_bytes;
         const bool fits_ram = ram && file_bytes <= ram->capacity;
         const bool fits_dir =
             !dirs.empty() && (dirs[0].capacity == 0 || file_bytes <= dirs[0].capacity);
@@ -305,6 +303,16 @@ void KvStore::Impl::writer_loop() {
         if (!header.id.empty()) {
             header.payload_checksum = payload_checksum(*job.payload);
             place(job.handle, std::move(header), *job.payload, 0, job.started);
+        }
+        if (!job.supersedes.empty()) {
+            std::vector<Removal> removals;
+            {
+                std::lock_guard lock(mutex);
+                auto it = entries.find(job.handle);
+                if (it != entries.end() && it->second.dir >= 0)
+                    for (Handle h : job.supersedes) remove(h, removals);
+            }
+            carry_out(std::move(removals));
         }
         std::lock_guard lock(mutex);
         --pending_jobs;

@@ -56,6 +56,9 @@ struct WriteJob {
     std::shared_ptr<const Bytes> payload;
     std::uint64_t staged = 0;
     SteadyClock::time_point started;
+    // Stored prefixes of this entry, removed only once its file is published: until then they
+    // are what survives a crash or a failed write.
+    std::vector<Handle> supersedes;
 };
 
 enum class Drop { duplicate, pool_full, quota, too_large };
@@ -118,7 +121,8 @@ struct KvStore::Impl {
     std::expected<KvSaveTicket, detail::Drop> reserve(const KvNamespace& ns,
                                                       std::vector<Token> tokens,
                                                       std::uint64_t bytes, SaveReason reason,
-                                                      std::int32_t kept_from, std::string session);
+                                                      std::int32_t kept_from, std::string session,
+                                                      std::uint64_t max_entry_bytes);
     void release(KvSaveTicket::State& s);
     void carry_out(std::vector<detail::Removal> removals);
     void place(Handle h, detail::EntryHeader header, const Bytes& payload, int dir,

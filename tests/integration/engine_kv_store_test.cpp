@@ -219,6 +219,18 @@ TEST_F(EngineKvStore, EachSaveReasonFollowsThePolicy) {
     EXPECT_TRUE(empty->entries().empty());
 }
 
+TEST_F(EngineKvStore, AnEnginesOwnSizeLimitHolds) {
+    auto store = open_store();
+    SavePolicy p = small_policy();
+    p.max_entry_bytes = 1024;  // smaller than any state of this model; the store has no limit
+    {
+        Engine e = make_engine(model(), store, p);
+        run(e, encode(model(), kStoryA + kStoryB));
+    }
+    EXPECT_TRUE(store->entries().empty());
+    EXPECT_GT(store->stats().dropped_saves, 0u);
+}
+
 TEST_F(EngineKvStore, SessionsSurviveARestart) {
     test::TempDir dir;
     const auto prompt = encode(model(), kStoryA);

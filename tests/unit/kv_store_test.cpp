@@ -4,6 +4,7 @@
 
 #include <fstream>
 #include <random>
+#include <thread>
 
 #include "kvstore/entry_file.hpp"
 #include "support/temp_dir.hpp"
@@ -303,8 +304,13 @@ TEST(KvStore, RamQuotaHoldsAndEvictionFollowsHitsThenRecency) {
         t.push_back(seq(1000 * (i + 1), 20));
         ASSERT_TRUE((*store)->put(model_a(), t.back(), payload_for(t.back(), entry)));
     }
-    // The oldest entry is hit often: the middle one, never hit, goes first.
+    // The first entry is hit often but long ago; the other two once each, later. Plain
+    // recency would evict the first; weighted by hits, the least recent of the other two goes.
     for (int i = 0; i < 5; ++i) ASSERT_TRUE((*store)->fetch(model_a(), seq(1000, 21), {}));
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));  // last-use times in ms
+    ASSERT_TRUE((*store)->fetch(model_a(), seq(2000, 21), {}));
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    ASSERT_TRUE((*store)->fetch(model_a(), seq(3000, 21), {}));
     Tokens fourth = seq(5000, 20);
     ASSERT_TRUE((*store)->put(model_a(), fourth, payload_for(fourth, entry)));
     const auto stats = (*store)->stats();
@@ -345,6 +351,63 @@ TEST(KvStore, DiskQuotaHoldsAndEvictionsDemoteToTheNextTier) {
     auto smaller = KvStore::open(o);
     ASSERT_TRUE(smaller);
     EXPECT_LE(directory_bytes(fast.path()), 2 * 5000u);
+}
+
+TEST(KvStore, ALongerEntryReplacesItsPrefixesOnlyWhereItIsPublished) {
+    TempDir dir;
+    KvStoreOptions o = disk_only(dir.path());
+    o.ram_bytes = 1 << 20;
+    o.max_pending_saves = 1;
+    const Tokens a = seq(1, 20), ab = seq(1, 40), abc = seq(1, 60);
+    const auto save = [](KvStore& store, const Tokens& t) {
+        auto ticket = store.reserve(model_a(), t, 4096, SaveReason::finish, 0, {}, KvMatch::prefix);
+        if (!ticket) return false;
+        const auto p = payload_for(t);
+        std::copy(p.begin(), p.end(), ticket->bytes().begin());
+        store.commit(std::move(*ticket));
+        return true;
+    };
+    {
+        auto store = KvStore::open(o);
+        ASSERT_TRUE(store);
+        ASSERT_TRUE(save(**store, a));
+        (*store)->flush();
+        // Published on disk: the longer entry replaces the shorter one there.
+        ASSERT_TRUE(save(**store, ab));
+        (*store)->flush();
+        ASSERT_EQ((*store)->entries().size(), 1u);
+        EXPECT_EQ((*store)->entries()[0].tokens, ab);
+        EXPECT_EQ(entry_files(dir.path()).size(), 1u);
+        // The writer queue is full, so the next one lives in RAM alone: the file of its
+        // prefix, all a crash would leave, stays.
+        auto busy = (*store)->reserve(model_a(), seq(500, 10), 100, SaveReason::finish);
+        ASSERT_TRUE(busy);
+        ASSERT_TRUE(save(**store, abc));
+        EXPECT_EQ((*store)->entries().size(), 2u);
+    }
+    auto reopened = KvStore::open(o);
+    ASSERT_TRUE(reopened);
+    auto hit = (*reopened)->fetch(model_a(), seq(1, 50), {});
+    ASSERT_TRUE(hit);
+    EXPECT_EQ(hit->matched_tokens, 40u);
+}
+
+TEST(KvStore, EntriesOverTheSizeLimitAreDropped) {
+    KvStoreOptions o;
+    o.policy.max_entry_bytes = 4096;
+    auto store = KvStore::open(o);
+    ASSERT_TRUE(store);
+    EXPECT_TRUE((*store)->put(model_a(), seq(1, 10), payload_for(seq(1, 10), 4096)));
+    EXPECT_FALSE((*store)->put(model_a(), seq(2, 10), payload_for(seq(2, 10), 4097)));
+    // A caller's own limit (an engine's policy) replaces the store's.
+    EXPECT_FALSE((*store)->reserve(model_a(), seq(3, 10), 2048, SaveReason::finish, 0, {},
+                                   KvMatch::exact, 1024));
+    EXPECT_TRUE((*store)->reserve(model_a(), seq(4, 10), 8192, SaveReason::finish, 0, {},
+                                  KvMatch::exact, 0));
+    EXPECT_EQ((*store)->stats().dropped_saves, 2u);
+    EXPECT_NE((*store)->metrics().prometheus_text().find(
+                  "llamapp_kvstore_dropped_saves_total{reason=\"too_large\"} 2"),
+              std::string::npos);
 }
 
 TEST(KvStore, ClearAndPrune) {
