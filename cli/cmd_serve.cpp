@@ -146,9 +146,10 @@ Runner add_serve(CLI::App& app) {
             srv.drain();
         });
         if (options.unix_socket.empty())
-            std::fprintf(stderr, "llamapp: serving %s on http://%s:%d (%d slots)\n",
+            std::fprintf(stderr,
+                         "llamapp: serving %s on http://%s:%d (%d slots, prefix reuse: %s)\n",
                          model->info().path.filename().c_str(), options.host.c_str(), srv.port(),
-                         flags->slots);
+                         flags->slots, engine->reuse_modes().describe().c_str());
         else
             std::fprintf(stderr, "llamapp: serving on unix socket %s\n",
                          options.unix_socket.c_str());

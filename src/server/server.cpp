@@ -229,7 +229,8 @@ void ServerState::register_routes() {
         json body = {{"status", ready ? "ok" : (draining ? "draining" : "busy")},
                      {"slots", st.slots},
                      {"busy_slots", st.busy_slots},
-                     {"queued_requests", st.queued_requests}};
+                     {"queued_requests", st.queued_requests},
+                     {"prefix_reuse", engine.reuse_modes().describe()}};
         res.status = ready ? 200 : 503;
         res.set_content(dump(body), "application/json");
     };

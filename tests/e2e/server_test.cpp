@@ -66,6 +66,8 @@ TEST_F(Server, HealthModelsAndMetrics) {
     auto health = c.Get("/health");
     ASSERT_TRUE(health);
     EXPECT_EQ(health->status, 200);
+    // What the engine's family probe chose for this (attention) model.
+    EXPECT_EQ(json::parse(health->body)["prefix_reuse"], "trim, copy-prefix, copy-whole");
     EXPECT_EQ(c.Get("/health/live")->status, 200);
     EXPECT_EQ(c.Get("/health/ready")->status, 200);
     auto models = c.Get("/v1/models");

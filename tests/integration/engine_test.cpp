@@ -1,6 +1,7 @@
 // Engine on the real trained tiny model: batching, reuse, sessions, cancellation, queue bounds.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <map>
 #include <mutex>
@@ -104,6 +105,46 @@ TEST(Engine, EveryStrategyProducesTheSameGreedyText) {
             }
         }
     }
+}
+
+// A user's strategy that gives nobody anything on odd calls (the engine must fall back) and
+// asks far beyond every limit on even ones (the engine must clamp).
+class Careless final : public BatchStrategy {
+  public:
+    std::string_view name() const override { return "careless"; }
+    void plan(std::span<const SequenceDemand> demand, const BatchBudget& budget,
+              std::span<int> take) override {
+        ++calls;
+        for (const auto& d : demand) {
+            saw_decoding = saw_decoding || d.decoding;
+            saw_prefill = saw_prefill || d.prefill_left > 0;
+        }
+        saw_budget = saw_budget || budget.max_tokens > 0;
+        std::fill(take.begin(), take.end(), calls % 2 == 1 ? 0 : 100000);
+    }
+    int calls = 0;  // the decode thread is the only caller
+    bool saw_decoding = false, saw_prefill = false, saw_budget = false;
+};
+
+TEST(Engine, AUserStrategyIsCalledClampedAndBackedUp) {
+    const Model& m = test::stories_model();
+    std::vector<std::vector<Token>> expected;
+    for (const auto& p : kPrompts) expected.push_back(solo(encode(m, p), 24));
+    auto strategy = std::make_shared<Careless>();
+    EngineOptions o = options(3);
+    o.strategy = strategy;
+    o.prefill_chunk = 3;
+    std::vector<RequestHandle> handles;
+    {
+        Engine e = engine(o);
+        handles = submit_together(e, 24);
+        for (std::size_t i = 0; i < handles.size(); ++i)
+            EXPECT_EQ(drain(handles[i]).completion.generation.tokens, expected[i]) << i;
+    }  // the engine's thread has stopped: the counters are safe to read
+    EXPECT_GT(strategy->calls, 24);
+    EXPECT_TRUE(strategy->saw_decoding);
+    EXPECT_TRUE(strategy->saw_prefill);
+    EXPECT_TRUE(strategy->saw_budget);
 }
 
 TEST(Engine, ShortPromptTailsAfterADeepPrefixAreWidenedToOneTile) {
@@ -391,6 +432,36 @@ TEST(Engine, KvPressureFailsOnlyWhatCannotFit) {
     EXPECT_TRUE(test::eventually([&] { return e.stats().busy_slots == 0; }));
 }
 
+// The value of one series in Prometheus text, or -1 when it is missing.
+double series_value(const std::string& text, const std::string& series) {
+    const auto at = text.find("\n" + series + " ");
+    return at == std::string::npos ? -1 : std::stod(text.substr(at + series.size() + 2));
+}
+
+TEST(Engine, KvPressureEvictsAnIdleSequenceBeforeFailingAnyone) {
+    const Model& m = test::stories_model();
+    // 256 cells, two slots: one idle sequence holding ~120 cells, then a request needing ~220.
+    EngineOptions o = options(2, 256);
+    o.draft_tokens = 0;  // drafts would be dropped first; this is about cached sequences
+    Engine e = engine(o);
+    // A session keeps its slot, so the next request must take the other one and run into it.
+    auto first = request(encode(m, kPrompts[0]), 110);
+    first.session = "idle";
+    auto idle = drain(*e.submit(first));
+    ASSERT_EQ(idle.completion.generation.finish_reason, FinishReason::length);
+    const std::size_t idle_cells = static_cast<std::size_t>(e.stats().kv_tokens);
+    ASSERT_GT(idle_cells, 100u);
+    const auto big_prompt = encode(m, kPrompts[1]);
+    auto big = drain(*e.submit(request(big_prompt, 200)));
+    EXPECT_EQ(big.completion.generation.finish_reason, FinishReason::length);
+    EXPECT_EQ(big.completion.generation.usage.completion_tokens, 200);
+    const std::string text = e.metrics().prometheus_text();
+    EXPECT_GT(series_value(text, "llamapp_kv_pressure_total"), 0) << text;
+    EXPECT_EQ(series_value(text, "llamapp_requests_total{outcome=\"error\"}"), 0);
+    // Only the new request's sequence is left: the idle one gave its cells up.
+    EXPECT_LE(static_cast<std::size_t>(e.stats().kv_tokens), big_prompt.size() + 200);
+}
+
 TEST(Engine, MetricsAndLifecycleEvents) {
     const Model& m = test::stories_model();
     EngineOptions o = options(2);
@@ -429,12 +500,6 @@ TEST(Engine, MetricsAndLifecycleEvents) {
     EXPECT_EQ(seen[LifecycleStage::cancelled], 1);
     EXPECT_EQ(seen[LifecycleStage::rejected], 1);
     EXPECT_GE(seen[LifecycleStage::first_token], 2);
-}
-
-// The value of one series in Prometheus text, or -1 when it is missing.
-double series_value(const std::string& text, const std::string& series) {
-    const auto at = text.find("\n" + series + " ");
-    return at == std::string::npos ? -1 : std::stod(text.substr(at + series.size() + 2));
 }
 
 TEST(Engine, MetricsCountWhatHappened) {
