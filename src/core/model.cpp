@@ -150,6 +150,13 @@ Result<Model> Model::load(const std::filesystem::path& path, const ModelOptions&
     if (auto ok = validate(options); !ok) return std::unexpected(ok.error());
     auto summary = detail::probe_gguf(path);
     if (!summary) return std::unexpected(summary.error());
+    // Refused from the header, before llama.cpp reads any weights (checked again after loading,
+    // by capability, for architectures added to llama.cpp later).
+    const std::string& arch = summary->architecture;
+    if (arch == "t5")
+        return fail(ErrorCode::unsupported_model, "encoder-decoder models are not supported", arch);
+    if (arch == "dream" || arch == "llada" || arch == "llada-moe" || arch == "rnd1")
+        return fail(ErrorCode::unsupported_model, "diffusion models are not supported", arch);
 
     llama_model_params params = llama_model_default_params();
     params.n_gpu_layers = options.n_gpu_layers;

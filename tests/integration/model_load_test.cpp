@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <vector>
 
 #include "gguf.h"
@@ -84,6 +85,53 @@ TEST_F(ModelLoad, UnknownArchitectureIsUnsupported) {
     ASSERT_TRUE(gguf_write_to_file(g, p.c_str(), false));
     gguf_free(g);
     EXPECT_EQ(load_error(p), ErrorCode::unsupported_model);
+}
+
+TEST_F(ModelLoad, LlamaCppLogLinesReachTheSinkAtItsLevel) {
+    std::mutex mu;
+    std::vector<std::pair<LogLevel, std::string>> lines;
+    set_log_sink([&](LogLevel level, std::string_view line) {
+        std::lock_guard lock(mu);
+        lines.emplace_back(level, std::string(line));
+    });
+    const LogLevel before = log_level();
+    set_log_level(LogLevel::debug);
+    ASSERT_TRUE(Model::load(stories));
+    std::size_t from_llama = 0;
+    {
+        std::lock_guard lock(mu);
+        for (const auto& [level, line] : lines)
+            from_llama += line.find("llama_model_loader") != std::string::npos ? 1 : 0;
+        lines.clear();
+    }
+    EXPECT_GT(from_llama, 0u);
+    set_log_level(LogLevel::error);  // loading a good model logs nothing this severe
+    ASSERT_TRUE(Model::load(stories));
+    {
+        std::lock_guard lock(mu);
+        EXPECT_TRUE(lines.empty()) << lines.front().second;
+    }
+    set_log_level(before);
+    set_log_sink({});
+}
+
+TEST_F(ModelLoad, EncoderDecoderAndDiffusionAreRefusedFromTheHeader) {
+    // Headers alone, no weights: the refusal must come before llama.cpp tries to load any.
+    for (const char* arch : {"t5", "llada", "dream"}) {
+        gguf_context* g = gguf_init_empty();
+        gguf_set_val_str(g, "general.architecture", arch);
+        const fs::path p = dir_ / (std::string(arch) + ".gguf");
+        ASSERT_TRUE(gguf_write_to_file(g, p.c_str(), false));
+        gguf_free(g);
+        auto m = Model::load(p);
+        ASSERT_FALSE(m) << arch;
+        EXPECT_EQ(m.error().code, ErrorCode::unsupported_model) << arch;
+        EXPECT_EQ(m.error().context, arch);
+        EXPECT_NE(
+            m.error().message.find(std::string(arch) == "t5" ? "encoder-decoder" : "diffusion"),
+            std::string::npos)
+            << m.error().message;
+    }
 }
 
 TEST_F(ModelLoad, InvalidOptionsAreNamed) {

@@ -4,6 +4,10 @@
 #include "llamapp/context.hpp"
 #include "llamapp/fingerprint.hpp"
 #include "llamapp/log.hpp"
+#include "support/temp_dir.hpp"
+
+#include <chrono>
+#include <fstream>
 
 using namespace llamapp;
 
@@ -48,4 +52,23 @@ TEST(Devices, CpuIsAlwaysListed) {
 TEST(Fingerprint, Sha256OfKnownBytes) {
     EXPECT_EQ(sha256_hex("abc"),
               "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+}
+
+TEST(Fingerprint, CachedPerPathSizeAndModificationTime) {
+    test::TempDir dir;
+    const auto file = dir.path() / "model.bin";
+    std::ofstream(file) << "abc";
+    EXPECT_EQ(file_sha256(file), sha256_hex("abc"));
+    // Same size, same modification time: the cached value, not the new content's.
+    const auto mtime = std::filesystem::last_write_time(file);
+    std::ofstream(file, std::ios::trunc) << "abd";
+    std::filesystem::last_write_time(file, mtime);
+    EXPECT_EQ(file_sha256(file), sha256_hex("abc"));
+    // A new modification time, or a new size, is a new file.
+    std::filesystem::last_write_time(file, mtime + std::chrono::seconds(10));
+    EXPECT_EQ(file_sha256(file), sha256_hex("abd"));
+    std::ofstream(file, std::ios::trunc) << "abcd";
+    std::filesystem::last_write_time(file, mtime + std::chrono::seconds(10));
+    EXPECT_EQ(file_sha256(file), sha256_hex("abcd"));
+    EXPECT_FALSE(file_sha256(dir.path() / "missing"));
 }
