@@ -64,11 +64,15 @@ std::size_t Scheduler::usable_prefix(const Slot& from, const EngineRequest& requ
 }
 
 // Sliding-window caches drop cells: reuse is safe only while the window before `reused` is whole.
+// (llama.cpp's contexts default to a full-size window cache, swa_full, which drops nothing; this
+// guards contexts made without it.)
 bool Scheduler::window_intact(const Slot& slot, std::size_t reused) const {
     if (modes_.sliding_window <= 0 || reused == 0) return true;
     const llama_pos pos_min = llama_memory_seq_pos_min(state_.memory(), slot.seq);
-    return pos_min <=
-           std::max<llama_pos>(0, static_cast<llama_pos>(reused) - modes_.sliding_window);
+    // -1: the window cache holds nothing of the sequence any more (every cell before the cut
+    // was overwritten), which is not a whole window either.
+    return pos_min >= 0 && pos_min <= std::max<llama_pos>(0, static_cast<llama_pos>(reused) -
+                                                                 modes_.sliding_window);
 }
 
 Slot* Scheduler::choose_slot(const Pending& pending) {

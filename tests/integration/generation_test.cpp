@@ -261,7 +261,7 @@ TEST(Generation, SeededSamplingIsReproducible) {
     EXPECT_EQ(a->tokens, b->tokens);
 }
 
-TEST(Generation, EverySamplerRuns) {
+TEST(Generation, EverySamplerTakesPartAndIsSeeded) {
     Context ctx = test::stories_context();
     std::vector<void (*)(SamplingParams&)> variants = {
         [](SamplingParams& p) {
@@ -282,14 +282,26 @@ TEST(Generation, EverySamplerRuns) {
             p.top_k = 0;
         },
     };
-    for (auto mutate : variants) {
-        GenerateOptions o;
-        o.max_tokens = 20;
-        o.sampling.seed = 7;
-        mutate(o.sampling);
-        auto r = ctx.generate(kPrompt, o);
+    GenerateOptions base;
+    base.max_tokens = 48;
+    base.ignore_eos = true;
+    base.sampling.seed = 7;
+    // A prompt that repeats itself, so that repetition penalties and DRY have something to act on.
+    const std::string prompt = "Tom had a red ball. Tom had a red ball. Tom had a red ball. Tom";
+    auto plain = ctx.generate(prompt, base);
+    ASSERT_TRUE(plain) << plain.error().describe();
+    for (std::size_t i = 0; i < variants.size(); ++i) {
+        GenerateOptions o = base;
+        variants[i](o.sampling);
+        auto r = ctx.generate(prompt, o);
         ASSERT_TRUE(r) << r.error().describe();
-        EXPECT_GT(r->usage.completion_tokens, 0);
+        EXPECT_EQ(r->usage.completion_tokens, 48);
+        // Each sampler takes part: the same seed draws other tokens than without it, and the
+        // same ones again when repeated.
+        EXPECT_NE(r->tokens, plain->tokens) << "variant " << i;
+        auto again = ctx.generate(prompt, o);
+        ASSERT_TRUE(again);
+        EXPECT_EQ(again->tokens, r->tokens) << "variant " << i;
     }
 }
 
