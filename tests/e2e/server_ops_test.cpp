@@ -287,6 +287,16 @@ TEST(ServerOps, FlagsShapeWhatTheServerAccepts) {
         "over --max-embedding-inputs");
 }
 
+TEST(ServerOps, CacheFlagsSetTheTierQuotas) {
+    TempDir dir;
+    ServerProcess server({"-m", qwen, "-c", "512", "-t", "2", "--cache-ram", "3", "--cache-disk",
+                          dir.path().string(), "--cache-disk-max", "5"});
+    auto c = server.client();
+    const std::string text = get_text(c, "/metrics");
+    EXPECT_EQ(metric(text, "llamapp_kvstore_capacity_bytes{tier=\"ram\"}"), 3 << 20) << text;
+    EXPECT_EQ(metric(text, "llamapp_kvstore_capacity_bytes{tier=\"disk\"}"), 5 << 20) << text;
+}
+
 TEST(ServerOps, TheRequestDeadlineEndsALongGeneration) {
     ServerProcess server({"-m", qwen, "-c", "4096", "-t", "2", "--timeout", "1"});
     auto c = server.client();
