@@ -32,9 +32,13 @@ export CCACHE_DIR=${CCACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/llamapp/ccache}
 # Paths differ between clones; base_dir makes ccache hits survive a fresh clone.
 export CCACHE_BASEDIR=${CCACHE_BASEDIR:-/}
 export CCACHE_NOHASHDIR=1
-if [ ! -f "$build/build.ninja" ]; then
+# Configure on the first run, and again whenever the settings change (a new LLAMAPP_CMAKE_ARGS
+# would otherwise be ignored silently by an existing build tree).
+settings="$type|$llama_dir|${LLAMAPP_CMAKE_ARGS:-}"
+if [ ! -f "$build/build.ninja" ] || [ "$(cat "$build/.llamapp-settings" 2>/dev/null)" != "$settings" ]; then
   # shellcheck disable=SC2086
   cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE="$type" \
     -DLLAMAPP_LLAMA_DIR="$llama_dir" ${LLAMAPP_CMAKE_ARGS:-} >&2
+  printf '%s' "$settings" > "$build/.llamapp-settings"
 fi
 cmake --build "$build" >&2

@@ -168,7 +168,7 @@ TEST(ServerOps, AccessLogHasOneLinePerRequest) {
 
 TEST(ServerOps, DrainRefusesNewWorkAndFinishesStreams) {
     ServerProcess server({"-m", qwen, "-c", "4096", "-t", "2", "--parallel", "1"});
-    json body = chat_body(1500);
+    json body = chat_body(600);
     body["ignore_eos"] = true;
     body["stream"] = true;
     RawPost stream(server.port(), "/v1/chat/completions", body.dump());

@@ -288,6 +288,16 @@ TEST(Engine, IdleSessionsAreReclaimedWhenSlotsRunOut) {
     EXPECT_EQ(list[1].id, "s3");
 }
 
+// The value of one series in Prometheus text, or -1 when it is missing.
+double series_value(const std::string& text, const std::string& series) {
+    const auto at = text.find("\n" + series + " ");
+    return at == std::string::npos ? -1 : std::stod(text.substr(at + series.size() + 2));
+}
+
+double decode_calls(const Engine& e) {
+    return series_value(e.metrics().prometheus_text(), "llamapp_decode_calls_total");
+}
+
 TEST(Engine, CancelDropAndDeadlinesFreeTheSlot) {
     const Model& m = test::stories_model();
     Engine e = engine(options(1, 4096));
@@ -298,7 +308,10 @@ TEST(Engine, CancelDropAndDeadlinesFreeTheSlot) {
     EngineEvent ev;
     ASSERT_TRUE(h->next(ev));
     h->cancel();
+    const double calls_at_cancel = decode_calls(e);
     auto d = drain(*h);
+    // Within one step: at most the decode already under way when cancel() ran.
+    EXPECT_LE(decode_calls(e) - calls_at_cancel, 1);
     EXPECT_EQ(d.finals, 1);
     EXPECT_EQ(d.completion.generation.finish_reason, FinishReason::cancelled);
     EXPECT_LT(d.completion.generation.usage.completion_tokens, 4000);
@@ -430,12 +443,6 @@ TEST(Engine, KvPressureFailsOnlyWhatCannotFit) {
         EXPECT_EQ(d.completion.generation.finish_reason, FinishReason::length);
     }
     EXPECT_TRUE(test::eventually([&] { return e.stats().busy_slots == 0; }));
-}
-
-// The value of one series in Prometheus text, or -1 when it is missing.
-double series_value(const std::string& text, const std::string& series) {
-    const auto at = text.find("\n" + series + " ");
-    return at == std::string::npos ? -1 : std::stod(text.substr(at + series.size() + 2));
 }
 
 TEST(Engine, KvPressureEvictsAnIdleSequenceBeforeFailingAnyone) {

@@ -305,6 +305,32 @@ TEST(Generation, EverySamplerTakesPartAndIsSeeded) {
     }
 }
 
+TEST(Generation, NonDefaultModelAndContextOptionsGiveTheSameText) {
+    Context ctx = test::stories_context();
+    auto expected = ctx.generate(kPrompt, greedy(24));
+    ASSERT_TRUE(expected);
+    ModelOptions mo;
+    mo.use_mmap = false;
+    mo.use_mlock = true;  // may be refused by the system (a warning), never an error
+    mo.split_mode = SplitMode::none;
+    auto m = Model::load(test::shared_model("stories260K.gguf"), mo);
+    ASSERT_TRUE(m) << m.error().describe();
+    for (const bool flags : {false, true}) {
+        ContextOptions co;
+        co.n_ctx = 512;
+        co.n_threads = 1;
+        co.n_threads_batch = 2;
+        co.offload_kqv = flags;
+        co.kv_unified = flags;
+        co.flash_attn = flags ? FlashAttention::on : FlashAttention::off;
+        auto c = Context::create(*m, co);
+        ASSERT_TRUE(c) << c.error().describe();
+        auto r = c->generate(kPrompt, greedy(24));
+        ASSERT_TRUE(r) << r.error().describe();
+        EXPECT_EQ(r->tokens, expected->tokens) << "flags " << flags;
+    }
+}
+
 TEST(Generation, LogitBiasBansTheGreedyToken) {
     Context ctx = test::stories_context();
     auto first = ctx.generate(kPrompt, greedy(1));
