@@ -241,8 +241,7 @@ void Scheduler::reap() {
         if (p.channel->cancel.cancelled()) {
             finish(slot, FinishReason::cancelled);
         } else if (now > p.deadline) {
-            finish(slot, FinishReason::cancelled,
-                   Error{ErrorCode::timeout, "generation deadline passed", "timeout"});
+            finish(slot, FinishReason::cancelled, deadline_passed());
         }
     }
 }

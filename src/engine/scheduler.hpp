@@ -71,6 +71,12 @@ struct Persistence {
     }
 };
 
+// How a running request that outlived GenerateOptions::timeout ends: the same error whether the
+// step between decodes or the abort callback inside one noticed it.
+inline Error deadline_passed() {
+    return Error{ErrorCode::timeout, "generation deadline passed", "timeout"};
+}
+
 class Scheduler {
   public:
     using Clock = Reply::Clock;

@@ -210,12 +210,8 @@ void Scheduler::process_rows(std::size_t begin, std::size_t end) {
     // Aborted (cancel, shutdown, per-decode budget, the owner's deadline) or failed: undo what
     // the call may have left in the cache. Cancelled requests are finished by the next reap;
     // others fail here.
-    if (code == ErrorCode::timeout && Clock::now() >= deadline) {
-        rollback(begin, end, Error{ErrorCode::timeout, "generation deadline passed", "timeout"},
-                 true);
-        return;
-    }
-    rollback(begin, end, ok.error(), code != ErrorCode::cancelled);
+    const bool owner_late = code == ErrorCode::timeout && Clock::now() >= deadline;
+    rollback(begin, end, owner_late ? deadline_passed() : ok.error(), code != ErrorCode::cancelled);
 }
 
 void Scheduler::rollback(std::size_t begin, std::size_t end, const Error& error,

@@ -4,20 +4,16 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
-#include <array>
-#include <cstdio>
 #include <regex>
 #include <string>
 
+#include "support/command.hpp"
 #include "support/paths.hpp"
 #include "support/temp_dir.hpp"
 
 namespace {
 
-struct CliRun {
-    int status = -1;
-    std::string out;  // stdout and stderr together
-};
+using CliRun = llamapp::test::CommandResult;  // out: stdout, and stderr unless told otherwise
 
 CliRun run(const std::string& args, bool with_stderr = true) {
     const std::string inner = llamapp::test::binary("llamapp").string() + " " + args +
@@ -25,15 +21,7 @@ CliRun run(const std::string& args, bool with_stderr = true) {
     // bash, not sh: some cases use process substitution.
     std::string quoted;
     for (char c : inner) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
-    const std::string cmd = "bash -c '" + quoted + "'";
-    CliRun r;
-    FILE* pipe = popen(cmd.c_str(), "r");
-    if (!pipe) return r;
-    std::array<char, 4096> buf;
-    while (std::size_t n = std::fread(buf.data(), 1, buf.size(), pipe)) r.out.append(buf.data(), n);
-    const int status = pclose(pipe);
-    r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    return r;
+    return llamapp::test::run_command("bash -c '" + quoted + "'");
 }
 
 const std::string stories = llamapp::test::shared_model("stories260K.gguf").string();

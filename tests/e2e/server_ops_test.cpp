@@ -7,13 +7,12 @@
 
 #include <fmt/core.h>
 
-#include <cstdio>
 #include <fstream>
-#include <functional>
 #include <memory>
 #include <sstream>
-#include <thread>
 
+#include "support/command.hpp"
+#include "support/eventually.hpp"
 #include "support/http_helpers.hpp"
 #include "support/paths.hpp"
 #include "support/server_process.hpp"
@@ -37,24 +36,9 @@ json endless_chat(bool stream) {
 }
 
 // Generous: under ThreadSanitizer the server runs several times slower.
-bool wait_for(const std::function<bool()>& pred,
-              std::chrono::milliseconds timeout = std::chrono::seconds(30)) {
-    const auto until = std::chrono::steady_clock::now() + timeout;
-    while (std::chrono::steady_clock::now() < until) {
-        if (pred()) return true;
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    return pred();
-}
-
-// Runs a shell command; its standard output.
-std::string run(const std::string& command) {
-    std::unique_ptr<FILE, int (*)(FILE*)> pipe(::popen(command.c_str(), "r"), ::pclose);
-    std::string out;
-    if (!pipe) return out;
-    char buf[4096];
-    while (const std::size_t n = std::fread(buf, 1, sizeof buf, pipe.get())) out.append(buf, n);
-    return out;
+template <typename Pred>
+bool wait_for(Pred pred) {
+    return eventually(pred, std::chrono::seconds(30), std::chrono::milliseconds(20));
 }
 
 std::vector<std::string> lines_with(const std::string& text, const std::string& needle) {
@@ -230,10 +214,10 @@ TEST(ServerOps, CurlReadsWellFramedServerSentEvents) {
     const auto curl = [&](const std::string& path, const json& body) {
         const auto file = dir.path() / "body.json";
         std::ofstream(file) << body.dump();
-        return run(
-            fmt::format("curl -sS -N -D - -H 'Content-Type: application/json' "
-                        "--data-binary @{} http://127.0.0.1:{}{}",
-                        file.string(), server.port(), path));
+        return run_command(fmt::format("curl -sS -N -D - -H 'Content-Type: application/json' "
+                                       "--data-binary @{} http://127.0.0.1:{}{}",
+                                       file.string(), server.port(), path))
+            .out;
     };
     json chat = chat_body(6);
     chat["stream"] = true;
@@ -308,7 +292,7 @@ TEST(ServerOps, TheRequestDeadlineEndsALongGeneration) {
 }
 
 TEST(ServerOps, HelpNamesTheFlags) {
-    const std::string help = run(binary("llamapp").string() + " serve --help");
+    const std::string help = run_command(binary("llamapp").string() + " serve --help").out;
     for (const char* flag : {"-m",
                              "-c,",
                              "-np",

@@ -548,10 +548,9 @@ TEST(ServerOptions, DraftsAreOnByDefaultKeepTheReplyAndShowInMetrics) {
         replies[drafting] = json::parse(r->body)["choices"][0]["text"];
         auto m = server.client().Get("/metrics");
         ASSERT_TRUE(m);
-        const std::string name = "llamapp_draft_tokens_accepted_total ";
-        const auto at = m->body.find("\n" + name);
-        ASSERT_NE(at, std::string::npos);
-        const double accepted = std::stod(m->body.substr(at + 1 + name.size()));
+        const auto value = prometheus_value(m->body, "llamapp_draft_tokens_accepted_total");
+        ASSERT_TRUE(value);
+        const double accepted = *value;
         if (drafting)
             EXPECT_GT(accepted, 0);
         else

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "support/engine_helpers.hpp"
+#include "support/prometheus.hpp"
 
 using namespace llamapp;
 using test::drain;
@@ -36,10 +37,9 @@ test::Drained run(Engine& e, EngineRequest r) {
 
 // An unlabelled counter's value, read from the Prometheus text.
 double counter(const Engine& e, const std::string& name) {
-    const std::string text = e.metrics().prometheus_text();
-    const auto at = text.find("\n" + name + " ");
-    if (at == std::string::npos) throw std::runtime_error("no metric " + name);
-    return std::stod(text.substr(at + name.size() + 2));
+    const auto value = test::prometheus_value(e.metrics().prometheus_text(), name);
+    if (!value) throw std::runtime_error("no metric " + name);
+    return *value;
 }
 
 }  // namespace

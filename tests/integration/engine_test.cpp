@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "support/engine_helpers.hpp"
+#include "support/prometheus.hpp"
 
 using namespace llamapp;
 using namespace std::chrono_literals;
@@ -290,8 +291,7 @@ TEST(Engine, IdleSessionsAreReclaimedWhenSlotsRunOut) {
 
 // The value of one series in Prometheus text, or -1 when it is missing.
 double series_value(const std::string& text, const std::string& series) {
-    const auto at = text.find("\n" + series + " ");
-    return at == std::string::npos ? -1 : std::stod(text.substr(at + series.size() + 2));
+    return test::prometheus_value(text, series).value_or(-1);
 }
 
 double decode_calls(const Engine& e) {

@@ -3,9 +3,7 @@
 
 #include <gtest/gtest.h>
 
-#include <chrono>
-#include <thread>
-
+#include "support/eventually.hpp"
 #include "support/stories.hpp"
 
 namespace llamapp::test {
@@ -59,17 +57,6 @@ inline std::vector<Token> encode(const Model& m, const std::string& text) {
     auto t = m.tokenizer().encode(text);
     if (!t) throw std::runtime_error(t.error().describe());
     return *t;
-}
-
-// Polls until `pred` holds or two seconds pass.
-template <typename Pred>
-bool eventually(Pred pred) {
-    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-    while (std::chrono::steady_clock::now() < until) {
-        if (pred()) return true;
-        std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    }
-    return pred();
 }
 
 }  // namespace llamapp::test

@@ -19,6 +19,8 @@
 #include <string>
 #include <vector>
 
+#include "support/prometheus.hpp"
+
 namespace llamapp::test {
 
 using json = nlohmann::json;
@@ -69,8 +71,7 @@ inline std::string get_text(httplib::Client& c, const std::string& path) {
 
 // The value of one series in Prometheus text (0 when absent).
 inline double metric(const std::string& text, const std::string& series) {
-    const auto at = text.find(series + " ");
-    return at == std::string::npos ? 0 : std::stod(text.substr(at + series.size() + 1));
+    return prometheus_value(text, series).value_or(0);
 }
 
 // A POST on a plain loopback socket, so a test can read part of the answer and hang up.

@@ -1,0 +1,21 @@
+// Polling for a condition another thread or process brings about.
+#pragma once
+
+#include <chrono>
+#include <thread>
+
+namespace llamapp::test {
+
+// Polls until `pred` holds or `timeout` passes; whether it held.
+template <typename Pred>
+bool eventually(Pred pred, std::chrono::milliseconds timeout = std::chrono::seconds(5),
+                std::chrono::milliseconds poll = std::chrono::milliseconds(2)) {
+    const auto until = std::chrono::steady_clock::now() + timeout;
+    while (std::chrono::steady_clock::now() < until) {
+        if (pred()) return true;
+        std::this_thread::sleep_for(poll);
+    }
+    return pred();
+}
+
+}  // namespace llamapp::test
