@@ -148,12 +148,14 @@ void Scheduler::loop() {
             }
             until = std::min(until, saves_due_);
         }
-        if (queue_.empty()) {
-            std::lock_guard lock(idle_mutex_);
+        std::unique_lock lock(inbox_->mutex);
+        // Idle only if nothing arrived since take_inbox(): a submit in between has already marked
+        // the engine busy, and a stale "idle" would let a graceful shutdown cancel that request.
+        if (queue_.empty() && inbox_->submitted.empty()) {
+            std::lock_guard idle_lock(idle_mutex_);
             is_idle_ = true;
             idle_.notify_all();
         }
-        std::unique_lock lock(inbox_->mutex);
         auto woken = [&] { return inbox_->dirty || inbox_->stop; };
         if (until == Clock::time_point::max())
             inbox_->wake.wait(lock, woken);
