@@ -15,5 +15,6 @@ Runner add_info(CLI::App& app);
 Runner add_tokenize(CLI::App& app);
 Runner add_embed(CLI::App& app);
 Runner add_devices(CLI::App& app);
+Runner add_cache_command(CLI::App& app);
 
 }  // namespace llamapp::cli

@@ -14,8 +14,13 @@ int main(int argc, char** argv) {
     app.set_version_flag("--version",
                          [] { return "llamapp 0.1.0 on " + llamapp::llama_build_info(); });
     const std::map<std::string, Runner> runners = {
-        {"run", add_run(app)},           {"serve", add_serve(app)}, {"info", add_info(app)},
-        {"tokenize", add_tokenize(app)}, {"embed", add_embed(app)}, {"devices", add_devices(app)},
+        {"run", add_run(app)},
+        {"serve", add_serve(app)},
+        {"info", add_info(app)},
+        {"tokenize", add_tokenize(app)},
+        {"embed", add_embed(app)},
+        {"devices", add_devices(app)},
+        {"cache", add_cache_command(app)},
     };
     try {
         app.parse(normalize_args(argc, argv));

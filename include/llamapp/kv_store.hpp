@@ -109,7 +109,9 @@ struct KvEntryInfo {
     std::uint64_t hits = 0;
     SaveReason reason = SaveReason::put;
     std::string session;
-    std::int32_t kept_from = 0;  // first position the state holds (sliding window)
+    std::int32_t kept_from = 0;      // first position the state holds (sliding window)
+    std::uint64_t created_ms = 0;    // Unix time in milliseconds
+    std::uint64_t last_used_ms = 0;  // last save or hit; prune() goes by it
 };
 
 struct KvHit {
@@ -204,8 +206,10 @@ class KvStore {
                                              const std::string& session) const;
     std::vector<KvEntryInfo> entries() const;
 
-    void clear();                                        // every entry of every tier
-    std::size_t prune(std::chrono::seconds unused_for);  // entries idle that long; count
+    // Both remove entries from every tier and return how many. A save still being written
+    // when they run is published afterwards.
+    std::size_t clear();
+    std::size_t prune(std::chrono::seconds unused_for);  // entries unused for that long
     void flush();                                        // waits until queued writes are done
 
     KvStoreStats stats() const;

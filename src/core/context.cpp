@@ -99,8 +99,9 @@ Result<void> validate(const ModelInfo& info, const ContextOptions& o) {
 
 bool abort_callback(void* data) {
     auto* guard = static_cast<detail::AbortGuard*>(data);
-    if (const CancellationToken* token = guard->token.load(std::memory_order_acquire)) {
-        if (token->cancelled()) return true;
+    for (const auto* slot : {&guard->token, &guard->stop}) {
+        const CancellationToken* token = slot->load(std::memory_order_acquire);
+        if (token && token->cancelled()) return true;
     }
     const std::int64_t deadline = guard->deadline_ns.load(std::memory_order_relaxed);
     if (deadline != 0 && std::chrono::steady_clock::now().time_since_epoch().count() > deadline) {
@@ -140,18 +141,21 @@ Result<Pooling> parse_pooling(std::string_view name) {
 namespace detail {
 
 Result<void> ContextState::decode(const llama_batch& batch, const CancellationToken* cancel,
-                                  std::chrono::steady_clock::time_point deadline) {
+                                  std::chrono::steady_clock::time_point deadline,
+                                  const CancellationToken* stop) {
     using Clock = std::chrono::steady_clock;
     if (options.decode_timeout.count() > 0) {
         deadline = std::min(deadline, Clock::now() + options.decode_timeout);
     }
     abort.token.store(cancel, std::memory_order_release);
+    abort.stop.store(stop, std::memory_order_release);
     abort.deadline_ns.store(
         deadline == Clock::time_point::max() ? 0 : deadline.time_since_epoch().count(),
         std::memory_order_relaxed);
     abort.timed_out.store(false, std::memory_order_relaxed);
     const int rc = llama_decode(ctx.get(), batch);
     abort.token.store(nullptr, std::memory_order_release);
+    abort.stop.store(nullptr, std::memory_order_release);
     abort.deadline_ns.store(0, std::memory_order_relaxed);
     switch (rc) {
         case 0:

@@ -43,7 +43,9 @@ struct LlamaBatch {
 // What the abort callback checks; written by the thread that calls llama_decode, read by
 // ggml's compute threads.
 struct AbortGuard {
+    // A decode stops when either token is cancelled (a request's own, and its owner's stop).
     std::atomic<const CancellationToken*> token{nullptr};
+    std::atomic<const CancellationToken*> stop{nullptr};
     std::atomic<std::int64_t> deadline_ns{0};  // steady_clock; 0 = none
     std::atomic<bool> timed_out{false};
 };
@@ -70,10 +72,11 @@ struct ContextState {
         cached.clear();
     }
 
-    // llama_decode with the cancellation token and the earlier of the per-decode budget and
+    // llama_decode with the cancellation tokens and the earlier of the per-decode budget and
     // `deadline` enforced through the abort callback. Maps llama.cpp's codes to typed errors.
     Result<void> decode(const llama_batch& batch, const CancellationToken* cancel,
-                        std::chrono::steady_clock::time_point deadline);
+                        std::chrono::steady_clock::time_point deadline,
+                        const CancellationToken* stop = nullptr);
 };
 
 }  // namespace llamapp::detail

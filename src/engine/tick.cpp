@@ -165,17 +165,16 @@ void Scheduler::process_rows(std::size_t begin, std::size_t end) {
     }
     const int n = batch_.batch.n_tokens;
     if (n == 0) return;
-    // A batch serving one request alone can be interrupted by that request's cancel or deadline;
-    // a shared one only by shutdown (and the per-decode budget), so one caller cannot abort the
-    // others.
-    const CancellationToken* abort_token = &stop_decoding_;
+    // Shutdown (and the per-decode budget) interrupts any batch; a batch serving one request
+    // alone also that request's cancel or deadline, so one caller cannot abort the others.
+    const CancellationToken* owner_token = nullptr;
     Clock::time_point deadline = Clock::time_point::max();
-    if (single_owner && !stop_decoding_.cancelled()) {
+    if (single_owner) {
         const Pending& owner = *slots_[static_cast<std::size_t>(first->slot)].running->pending;
-        abort_token = &owner.channel->cancel;
+        owner_token = &owner.channel->cancel;
         deadline = owner.deadline;
     }
-    auto ok = state_.decode(batch_.batch, abort_token, deadline);
+    auto ok = state_.decode(batch_.batch, owner_token, deadline, &stop_decoding_);
     metrics_.decode_calls->inc();
     if (ok) {
         metrics_.decoded_tokens->inc(n);

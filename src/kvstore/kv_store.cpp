@@ -413,6 +413,8 @@ KvEntryInfo info_of(const KvStore::Impl& s, const StoredEntry& e) {
     i.reason = e.header.reason;
     i.session = e.header.session;
     i.kept_from = e.header.kept_from;
+    i.created_ms = e.header.created_ms;
+    i.last_used_ms = e.header.last_used_ms;
     return i;
 }
 
@@ -436,32 +438,38 @@ std::vector<KvEntryInfo> KvStore::entries() const {
     return out;
 }
 
-void KvStore::clear() {
+namespace {
+
+// Removes the entries `doomed` picks from every tier; returns how many.
+template <typename Predicate>
+std::size_t remove_where(KvStore::Impl& s, Predicate doomed) {
     std::vector<Removal> removals;
+    std::vector<Handle> picked;
     {
-        std::lock_guard lock(impl_->mutex);
-        std::vector<Handle> all;
-        for (const auto& [h, e] : impl_->entries) all.push_back(h);
-        for (Handle h : all) impl_->remove(h, removals);
+        std::lock_guard lock(s.mutex);
+        for (const auto& [h, e] : s.entries) {
+            if (doomed(e)) picked.push_back(h);
+        }
+        for (Handle h : picked) s.remove(h, removals);
     }
-    impl_->carry_out(std::move(removals));
+    s.carry_out(std::move(removals));
+    return picked.size();
+}
+
+}  // namespace
+
+std::size_t KvStore::clear() {
+    return remove_where(*impl_, [](const StoredEntry&) { return true; });
 }
 
 std::size_t KvStore::prune(std::chrono::seconds unused_for) {
-    const auto cutoff = static_cast<std::int64_t>(unix_ms_now()) - unused_for.count() * 1000;
-    std::vector<Removal> removals;
-    std::size_t n = 0;
-    {
-        std::lock_guard lock(impl_->mutex);
-        std::vector<Handle> old;
-        for (const auto& [h, e] : impl_->entries) {
-            if (static_cast<std::int64_t>(e.header.last_used_ms) < cutoff) old.push_back(h);
-        }
-        for (Handle h : old) impl_->remove(h, removals);
-        n = old.size();
-    }
-    impl_->carry_out(std::move(removals));
-    return n;
+    // Clamped so that absurd durations prune nothing instead of overflowing.
+    const auto cutoff =
+        static_cast<std::int64_t>(unix_ms_now()) -
+        std::clamp<std::int64_t>(unused_for.count(), 0, std::int64_t{1} << 40) * 1000;
+    return remove_where(*impl_, [cutoff](const StoredEntry& e) {
+        return static_cast<std::int64_t>(e.header.last_used_ms) <= cutoff;
+    });
 }
 
 void KvStore::flush() {

@@ -296,6 +296,7 @@ void ServerState::register_routes() {
     http.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
         generate(req, res, true);
     });
+    register_cache_routes();
 }
 
 }  // namespace detail

@@ -38,6 +38,7 @@ struct ServerState {
     std::optional<Context> embed_context;  // created on the first /v1/embeddings
 
     void register_routes();
+    void register_cache_routes();
     void generate(const httplib::Request& req, httplib::Response& res, bool chat);
     void embeddings(const httplib::Request& req, httplib::Response& res);
     void send_error(httplib::Response& res, const HttpError& error) const;

@@ -69,6 +69,50 @@ TEST(Cli, RestartServesThePromptFromTheDiskCache) {
     EXPECT_NE(bad.out.find("cache directory"), std::string::npos) << bad.out;
 }
 
+TEST(Cli, CacheShowsPrunesAndClearsADirectory) {
+    llamapp::test::TempDir dir;
+    const std::string at = " --cache-disk " + dir.path().string();
+    auto fill = [&](const std::string& prompt) {
+        CliRun r = run("run -m " + stories + " -n 8 --temp 0 --cache-ram 0 --cache-min-tokens 8" +
+                           at + " -p '" + prompt + "'",
+                       false);
+        ASSERT_EQ(r.status, 0) << r.out;
+    };
+    auto json_of = [&](const std::string& args) {
+        CliRun r = run("cache " + args + at + " --json", false);
+        EXPECT_EQ(r.status, 0) << r.out;
+        return nlohmann::json::parse(r.out, nullptr, false);
+    };
+    fill("Once upon a time, there was a little girl named Lily.");
+    fill("The cat sat on the mat and looked at the big red ball.");
+    const auto stats = json_of("");  // stats is the default action
+    EXPECT_EQ(stats["entries"], 2) << stats.dump();
+    EXPECT_GT(stats["bytes"], 0);
+    const auto list = json_of("list");
+    ASSERT_EQ(list.size(), 2u) << list.dump();
+    for (const auto& e : list) {
+        EXPECT_GT(e["tokens"], 8);
+        EXPECT_EQ(e["reason"], "finish");
+        EXPECT_GE(e["last_used_ms"], e["created_ms"]);
+    }
+    EXPECT_NE(run("cache list" + at).out.find(list[0]["id"].get<std::string>().substr(0, 16)),
+              std::string::npos);
+    EXPECT_EQ(json_of("prune --unused-for 1h")["removed"], 0);
+    EXPECT_EQ(json_of("prune --unused-for 0s")["removed"], 2);
+    fill("Once upon a time, there was a little girl named Lily.");
+    EXPECT_EQ(json_of("clear")["removed"], 1);
+    EXPECT_EQ(json_of("stats")["entries"], 0);
+    // Mistakes are one-line typed errors.
+    const std::vector<std::string> mistakes = {"prune" + at, "prune --unused-for 5x" + at,
+                                               "clear --unused-for 1h" + at,
+                                               "stats --cache-disk /nonexistent"};
+    for (const std::string& bad : mistakes) {
+        CliRun r = run("cache " + bad);
+        EXPECT_EQ(r.status, 1) << bad;
+        EXPECT_EQ(r.out.rfind("error: ", 0), 0u) << bad << ": " << r.out;
+    }
+}
+
 TEST(Cli, DefaultModelIsTheDemoWithABanner) {
     CliRun r = run("run -p 'Hello' -n 5");
     ASSERT_EQ(r.status, 0) << r.out;

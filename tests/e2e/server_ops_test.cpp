@@ -83,6 +83,9 @@ TEST(ServerOps, AQueueBoundAboveSixtyFourStillGets429) {
             answered[i] = true;
             EXPECT_EQ(posts[i]->received().rfind("HTTP/1.1 429", 0), 0u) << posts[i]->received();
             EXPECT_NE(posts[i]->received().find("Retry-After"), std::string::npos);
+            // As a client told "Connection: close" does; until then its HTTP thread waits for
+            // a next request on the connection, and the last few clients would wait for it.
+            posts[i]->hang_up();
             ++limited;
         }
     }
@@ -152,7 +155,9 @@ TEST(ServerOps, AccessLogHasOneLinePerRequest) {
 }
 
 TEST(ServerOps, DrainRefusesNewWorkAndFinishesStreams) {
-    ServerProcess server({"-m", qwen, "-c", "4096", "-t", "2", "--parallel", "1"});
+    // A grace longer than the stream needs even under ThreadSanitizer (the default is 30 s).
+    ServerProcess server(
+        {"-m", qwen, "-c", "4096", "-t", "2", "--parallel", "1", "--drain-grace", "300"});
     json body = chat_body(600);
     body["ignore_eos"] = true;
     body["stream"] = true;
@@ -272,14 +277,51 @@ TEST(ServerOps, FlagsShapeWhatTheServerAccepts) {
         "over --max-embedding-inputs");
 }
 
-TEST(ServerOps, CacheFlagsSetTheTierQuotas) {
+TEST(ServerOps, CacheFlagsSetTheTierQuotasAndTheCacheRoutesManageIt) {
     TempDir dir;
     ServerProcess server({"-m", qwen, "-c", "512", "-t", "2", "--cache-ram", "3", "--cache-disk",
-                          dir.path().string(), "--cache-disk-max", "5"});
+                          dir.path().string(), "--cache-disk-max", "5", "--cache-min-tokens", "8"});
     auto c = server.client();
     const std::string text = get_text(c, "/metrics");
     EXPECT_EQ(metric(text, "llamapp_kvstore_capacity_bytes{tier=\"ram\"}"), 3 << 20) << text;
     EXPECT_EQ(metric(text, "llamapp_kvstore_capacity_bytes{tier=\"disk\"}"), 5 << 20) << text;
+
+    auto entry_files = [&] {
+        int n = 0;
+        for (const auto& f : std::filesystem::directory_iterator(dir.path()))
+            n += f.path().extension() == ".kvc";
+        return n;
+    };
+    auto chat = c.Post("/v1/chat/completions", chat_body(16).dump(), "application/json");
+    ASSERT_TRUE(chat && chat->status == 200);
+    json stats;
+    ASSERT_TRUE(wait_for([&] {
+        stats = get_json(c, "/cache");
+        return stats["tiers"][1]["entries"] >= 1 && entry_files() >= 1;
+    })) << stats.dump();
+    EXPECT_EQ(stats["tiers"][0]["name"], "ram");
+    EXPECT_EQ(stats["tiers"][1]["name"], "disk");
+    EXPECT_EQ(stats["tiers"][1]["capacity_bytes"], 5 << 20);
+    EXPECT_GT(stats["tiers"][1]["bytes"], 0);
+    EXPECT_EQ(stats["tiers"][1]["entries"], entry_files());
+
+    auto post = [&](const std::string& path, const std::string& body) {
+        return c.Post(path, body, "application/json");
+    };
+    auto kept = post("/cache/prune", R"({"unused_for_seconds":3600})");
+    ASSERT_TRUE(kept && kept->status == 200);
+    EXPECT_EQ(json::parse(kept->body)["removed"], 0);
+    for (const char* bad :
+         {R"({})", R"({"unused_for_seconds":-1})", R"({"unused_for_seconds":"1h"})", "not json"})
+        expect_error_shape(post("/cache/prune", bad), 400, bad);
+    const int files = entry_files();
+    auto cleared = post("/cache/clear", "");
+    ASSERT_TRUE(cleared && cleared->status == 200);
+    EXPECT_GE(json::parse(cleared->body)["removed"], files);
+    stats = get_json(c, "/cache");
+    EXPECT_EQ(stats["tiers"][0]["entries"], 0);
+    EXPECT_EQ(stats["tiers"][1]["entries"], 0);
+    EXPECT_EQ(entry_files(), 0);
 }
 
 TEST(ServerOps, TheRequestDeadlineEndsALongGeneration) {

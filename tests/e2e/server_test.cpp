@@ -9,6 +9,7 @@
 #include <cstring>
 #include <thread>
 
+#include "support/eventually.hpp"
 #include "support/http_helpers.hpp"
 #include "support/paths.hpp"
 #include "support/server_process.hpp"
@@ -456,13 +457,13 @@ TEST_F(Server, ClientThatDisconnectsFreesItsSlot) {
     json body = chat_body(2000);
     body["stream"] = true;
     for (int i = 0; i < 2; ++i) ASSERT_TRUE(stream_then_hang_up(server_->port(), body.dump()));
-    bool idle = false;
-    for (int i = 0; i < 200 && !idle; ++i) {
-        idle = get_json(c, "/health")["busy_slots"] == 0 &&
-               metric(get_text(c, "/metrics"), cancelled) == before + 2;
-        if (!idle) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    EXPECT_TRUE(idle) << "the slots were not freed after the clients left";
+    EXPECT_TRUE(llamapp::test::eventually(
+        [&] {
+            return get_json(c, "/health")["busy_slots"] == 0 &&
+                   metric(get_text(c, "/metrics"), cancelled) == before + 2;
+        },
+        std::chrono::seconds(30)))
+        << "the slots were not freed after the clients left";
 }
 
 TEST(ServerAuth, ApiKeyGuardsEverythingButHealth) {
@@ -471,6 +472,7 @@ TEST(ServerAuth, ApiKeyGuardsEverythingButHealth) {
     expect_error_shape(c.Post("/v1/chat/completions", chat_body(2).dump(), "application/json"), 401,
                        "no key");
     expect_error_shape(c.Get("/metrics"), 401, "metrics without a key");
+    expect_error_shape(c.Post("/cache/clear", "", "application/json"), 401, "cache without a key");
     expect_error_shape(c.Get("/v1/models", httplib::Headers{{"Authorization", "Bearer wrong"}}),
                        401, "wrong key");
     expect_error_shape(c.Get("/v1/models", httplib::Headers{{"Authorization", "s3cret"}}), 401,
@@ -479,6 +481,7 @@ TEST(ServerAuth, ApiKeyGuardsEverythingButHealth) {
     c.set_bearer_token_auth("s3cret");
     EXPECT_EQ(c.Get("/v1/models")->status, 200);
     EXPECT_EQ(c.Get("/metrics")->status, 200);
+    EXPECT_EQ(c.Get("/cache")->status, 200);
     auto r = c.Post("/v1/chat/completions", chat_body(2).dump(), "application/json");
     ASSERT_TRUE(r);
     EXPECT_EQ(r->status, 200) << r->body;
@@ -640,11 +643,13 @@ TEST(ServerLifecycle, SigtermDrainsInFlightRequests) {
         }
     });
     auto c = server.client();
-    for (int i = 0; i < 200; ++i) {
-        auto h = c.Get("/health");
-        if (h && json::parse(h->body)["busy_slots"] == 1) break;
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
+    // SIGTERM only once the request runs: earlier it would be refused, not drained.
+    ASSERT_TRUE(llamapp::test::eventually(
+        [&] {
+            auto h = c.Get("/health");
+            return h && json::parse(h->body)["busy_slots"] == 1;
+        },
+        std::chrono::seconds(30)));
     server.signal(SIGTERM);
     client.join();
     EXPECT_EQ(status.load(), 200);

@@ -421,12 +421,13 @@ TEST(KvStore, ClearAndPrune) {
         ASSERT_TRUE((*store)->put(model_a(), t, payload_for(t)));
     }
     EXPECT_EQ((*store)->prune(std::chrono::seconds{3600}), 0u);
-    EXPECT_EQ((*store)->prune(std::chrono::seconds{-1}), 4u);
+    EXPECT_EQ((*store)->prune(std::chrono::seconds{0}), 4u);  // unused since just now
     EXPECT_TRUE((*store)->entries().empty());
     EXPECT_TRUE(entry_files(dir.path()).empty());
     Tokens t = seq(7, 10);
     ASSERT_TRUE((*store)->put(model_a(), t, payload_for(t)));
-    (*store)->clear();
+    EXPECT_EQ((*store)->prune(std::chrono::seconds::max()), 0u);  // clamped, not overflowed
+    EXPECT_EQ((*store)->clear(), 1u);
     EXPECT_TRUE((*store)->entries().empty());
     EXPECT_TRUE(entry_files(dir.path()).empty());
     EXPECT_EQ((*store)->stats().tiers[0].bytes, 0u);

@@ -1,0 +1,58 @@
+// The KV store's operations for operators: GET /cache (what each tier holds), POST /cache/clear
+// and POST /cache/prune. Behind the API key like every route but health.
+#include "server/server_state.hpp"
+
+namespace llamapp::detail {
+
+using json = nlohmann::json;
+
+namespace {
+
+json stats_json(const KvStoreStats& s) {
+    json tiers = json::array();
+    for (const KvTierStats& t : s.tiers) {
+        tiers.push_back({{"name", t.name},
+                         {"entries", t.entries},
+                         {"bytes", t.bytes},
+                         {"capacity_bytes", t.capacity},
+                         {"hits", t.hits},
+                         {"saves", t.saves},
+                         {"evictions", t.evictions},
+                         {"corrupt_files", t.corrupt_files}});
+    }
+    return {{"tiers", std::move(tiers)},
+            {"misses", s.misses},
+            {"dropped_saves", s.dropped_saves},
+            {"restore_failures", s.restore_failures},
+            {"pending_saves", s.pending_saves}};
+}
+
+}  // namespace
+
+void ServerState::register_cache_routes() {
+    auto with_store = [this](auto&& act) {
+        return [this, act](const httplib::Request& req, httplib::Response& res) {
+            if (!store) {
+                throw HttpException{{404, "not_found_error", "no_cache", "",
+                                     "this server runs without a KV store (--cache-ram 0 and "
+                                     "no --cache-disk)"}};
+            }
+            res.set_content(dump(act(req)), "application/json");
+        };
+    };
+    http.Get("/cache",
+             with_store([this](const httplib::Request&) { return stats_json(store->stats()); }));
+    http.Post("/cache/clear", with_store([this](const httplib::Request&) {
+                  return json{{"removed", store->clear()}};
+              }));
+    http.Post("/cache/prune", with_store([this](const httplib::Request& req) {
+                  const json body = parse_body(req.body);
+                  const json* v = optional_field(body, "unused_for_seconds");
+                  if (!v || !v->is_number_integer() || v->get<long long>() < 0)
+                      throw HttpException{invalid("unused_for_seconds",
+                                                  "'unused_for_seconds' must be an integer >= 0")};
+                  return json{{"removed", store->prune(std::chrono::seconds{v->get<long long>()})}};
+              }));
+}
+
+}  // namespace llamapp::detail
