@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <future>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -718,6 +719,32 @@ TEST(Engine, CancellingARequestAbortsItsDecodeInFlight) {
     EXPECT_EQ(e.stats().kv_tokens, 0);
     EXPECT_NE(e.metrics().prometheus_text().find("llamapp_requests_total{outcome=\"cancelled\"} 1"),
               std::string::npos);
+}
+
+TEST(Engine, ShutdownAbortsADecodeServingOneRequest) {
+    const Model& m = test::stories_model();
+    EngineOptions o = one_big_step(4096);
+    std::promise<void> admitted;
+    o.on_lifecycle = [&](const LifecycleEvent& ev) {
+        if (ev.stage == LifecycleStage::admitted) admitted.set_value();
+    };
+    Engine e = engine(o);
+    auto h = e.submit(request(long_prompt(m, 3000), 4));
+    ASSERT_TRUE(h);
+    admitted.get_future().wait();
+    // The request's one 3,000-token decode is now starting (it takes seconds); the shutdown
+    // lands inside it and must not wait for it.
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    const auto started = std::chrono::steady_clock::now();
+    e.shutdown(0ms);
+    const double waited_ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started)
+            .count();
+    const auto d = drain(*h);
+    EXPECT_EQ(d.completion.generation.finish_reason, FinishReason::cancelled);
+    EXPECT_EQ(d.completion.generation.usage.completion_tokens, 0);
+    EXPECT_EQ(series_value(e.metrics().prometheus_text(), "llamapp_decoded_tokens_total"), 0)
+        << "the decode ran to its end; shutdown waited " << waited_ms << " ms";
 }
 
 TEST(Engine, ADecodeOverItsTimeBudgetIsAbortedAndTheEngineLivesOn) {
