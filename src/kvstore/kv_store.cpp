@@ -254,26 +254,28 @@ std::optional<KvHit> KvStore::fetch(const KvNamespace& ns, std::span<const Token
     return hit;
 }
 
+// Called on an engine's decode thread: the file's usage block is rewritten by a writer thread.
 void KvStore::record_hit(const KvHit& hit) {
     Impl& s = *impl_;
-    fs::path path;
-    std::uint64_t used_ms = 0, hits = 0;
-    {
-        std::lock_guard lock(s.mutex);
-        auto it = s.by_id.find(hit.entry.id);
-        if (it == s.by_id.end()) return;
-        StoredEntry& e = s.entries.at(it->second);
-        used_ms = e.header.last_used_ms = unix_ms_now();
-        hits = ++e.header.hits;
-        if (e.dir >= 0)
-            path = entry_path(s.dirs[static_cast<std::size_t>(e.dir)].directory, e.header.id);
-        const Tier* served = hit.entry.tier == "ram" && s.ram ? &*s.ram : nullptr;
-        for (const auto& d : s.dirs) {
-            if (d.name == hit.entry.tier) served = &d;
-        }
-        if (served) served->metrics.hits->inc();
+    std::lock_guard lock(s.mutex);
+    auto it = s.by_id.find(hit.entry.id);
+    if (it == s.by_id.end()) return;
+    StoredEntry& e = s.entries.at(it->second);
+    e.header.last_used_ms = unix_ms_now();
+    ++e.header.hits;
+    const Tier* served = hit.entry.tier == "ram" && s.ram ? &*s.ram : nullptr;
+    for (const auto& d : s.dirs) {
+        if (d.name == hit.entry.tier) served = &d;
     }
-    if (!path.empty()) update_usage(path, used_ms, hits);
+    if (served) served->metrics.hits->inc();
+    if (e.dir < 0 || s.stopping) return;
+    // Not bounded by max_pending_saves: one small job per restore, and a restore is rare next
+    // to the tokens it saves.
+    ++s.pending_jobs;
+    ++s.usage_jobs;
+    s.metrics.pending->set(static_cast<double>(s.pending_jobs));
+    s.jobs.push_back(WriteJob{.handle = it->second});
+    s.work.notify_one();
 }
 
 bool KvStore::covers(const KvNamespace& ns, std::span<const Token> tokens, KvMatch match) const {

@@ -177,7 +177,7 @@ std::expected<KvSaveTicket, Drop> KvStore::Impl::reserve(
         }
         std::vector<Removal> none;
         const bool to_ram = fits_ram && make_room(*ram, -1, file_bytes, none);
-        bool to_dir = fits_dir && pending_jobs < options.max_pending_saves &&
+        bool to_dir = fits_dir && pending_jobs - usage_jobs < options.max_pending_saves &&
                       (to_ram || staged_bytes + bytes <= options.max_pending_bytes);
         if (fits_dir && !to_dir) metrics.dropped_pool_full->inc();  // the directory copy
         if (!to_ram && !to_dir) {
@@ -292,15 +292,24 @@ void KvStore::Impl::writer_loop() {
     for (;;) {
         WriteJob job;
         EntryHeader header;
+        fs::path usage_path;
         {
             std::unique_lock lock(mutex);
             work.wait(lock, [&] { return stopping || !jobs.empty(); });
             if (jobs.empty()) return;
             job = std::move(jobs.front());
             jobs.pop_front();
-            if (auto it = entries.find(job.handle); it != entries.end()) header = it->second.header;
+            if (auto it = entries.find(job.handle); it != entries.end()) {
+                header = it->second.header;
+                const StoredEntry& e = it->second;
+                if (!job.payload && e.dir >= 0 && !e.moving)  // a file being moved has it anyway
+                    usage_path =
+                        entry_path(dirs[static_cast<std::size_t>(e.dir)].directory, e.header.id);
+            }
         }
-        if (!header.id.empty()) {
+        if (!job.payload) {
+            if (!usage_path.empty()) update_usage(usage_path, header.last_used_ms, header.hits);
+        } else if (!header.id.empty()) {
             header.payload_checksum = payload_checksum(*job.payload);
             place(job.handle, std::move(header), *job.payload, 0, job.started);
         }
@@ -316,6 +325,7 @@ void KvStore::Impl::writer_loop() {
         }
         std::lock_guard lock(mutex);
         --pending_jobs;
+        if (!job.payload) --usage_jobs;
         staged_bytes -= job.staged;
         metrics.pending->set(static_cast<double>(pending_jobs));
         done.notify_all();

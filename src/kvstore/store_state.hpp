@@ -53,7 +53,7 @@ struct Removal {
 
 struct WriteJob {
     Handle handle = 0;
-    std::shared_ptr<const Bytes> payload;
+    std::shared_ptr<const Bytes> payload;  // null: only rewrite the file's usage block
     std::uint64_t staged = 0;
     SteadyClock::time_point started;
     // Stored prefixes of this entry, removed only once its file is published: until then they
@@ -97,6 +97,7 @@ struct KvStore::Impl {
 
     std::deque<detail::WriteJob> jobs;
     std::size_t pending_jobs = 0;  // queued and running
+    std::size_t usage_jobs = 0;    // of which usage-block rewrites (not bounded as saves are)
     std::uint64_t staged_bytes = 0;
     bool stopping = false;
     std::condition_variable work;
