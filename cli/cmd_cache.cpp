@@ -48,6 +48,11 @@ Result<std::chrono::seconds> parse_duration(const std::string& text) {
     return std::chrono::seconds{n * unit};
 }
 
+// Paths and session names need not be UTF-8: replaced, never thrown on.
+void print_json(const nlohmann::json& j) {
+    std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+}
+
 nlohmann::json entry_json(const KvEntryInfo& e) {
     return {{"id", e.id},
             {"tokens", e.tokens.size()},
@@ -57,13 +62,6 @@ nlohmann::json entry_json(const KvEntryInfo& e) {
             {"session", e.session},
             {"created_ms", e.created_ms},
             {"last_used_ms", e.last_used_ms}};
-}
-
-std::string size(std::uint64_t bytes) {
-    const double b = static_cast<double>(bytes);
-    if (b < 1 << 20) return fmt::format("{:.1f} KiB", b / 1024);
-    if (b < 1 << 30) return fmt::format("{:.1f} MiB", b / (1 << 20));
-    return fmt::format("{:.2f} GiB", b / (1 << 30));
 }
 
 std::string age(std::uint64_t unix_ms) {
@@ -98,7 +96,8 @@ Runner add_cache_command(CLI::App& app) {
     cmd->add_option("--unused-for", flags->unused_for,
                     "prune: remove entries unused for this long (90s, 15m, 12h, 7d)");
     cmd->add_flag("--json", flags->json, "print JSON");
-    cmd->add_option("--log-level", flags->log_level, "debug, info, warning, error or none");
+    cmd->add_option("--log-level", flags->log_level, "debug, info, warning, error or none")
+        ->check(CLI::IsMember({"debug", "info", "warning", "error", "none"}));
     return [flags]() -> int {
         LogLevel level = LogLevel::warning;
         parse_log_level(flags->log_level, level);
@@ -126,7 +125,7 @@ Runner add_cache_command(CLI::App& app) {
         if (flags->action == "clear" || flags->action == "prune") {
             const std::size_t removed = flags->action == "clear" ? s.clear() : s.prune(unused_for);
             if (flags->json)
-                std::printf("%s\n", nlohmann::json({{"removed", removed}}).dump().c_str());
+                print_json({{"removed", removed}});
             else
                 std::printf("removed %zu %s\n", removed, removed == 1 ? "entry" : "entries");
             return 0;
@@ -137,14 +136,14 @@ Runner add_cache_command(CLI::App& app) {
             if (flags->json) {
                 nlohmann::json out = nlohmann::json::array();
                 for (const auto& e : entries) out.push_back(entry_json(e));
-                std::printf("%s\n", out.dump().c_str());
+                print_json(out);
                 return 0;
             }
             std::printf("%-16s %8s %11s %6s %-8s %9s  %s\n", "id", "tokens", "size", "hits",
                         "reason", "last use", "session");
             for (const auto& e : entries) {
                 std::printf("%-16s %8zu %11s %6llu %-8s %9s  %s\n", e.id.substr(0, 16).c_str(),
-                            e.tokens.size(), size(e.payload_bytes).c_str(),
+                            e.tokens.size(), human_bytes(e.payload_bytes).c_str(),
                             static_cast<unsigned long long>(e.hits),
                             std::string(to_string(e.reason)).c_str(),
                             (age(e.last_used_ms) + " ago").c_str(), e.session.c_str());
@@ -155,17 +154,16 @@ Runner add_cache_command(CLI::App& app) {
         for (const auto& e : entries)
             if (oldest == 0 || e.last_used_ms < oldest) oldest = e.last_used_ms;
         if (flags->json) {
-            std::printf("%s\n", nlohmann::json({{"directory", flags->directory},
-                                                {"entries", tier.entries},
-                                                {"bytes", tier.bytes},
-                                                {"removed_corrupt", tier.corrupt_files},
-                                                {"oldest_use_ms", oldest}})
-                                    .dump()
-                                    .c_str());
+            // The keys of GET /cache's tiers, plus the directory and the least recent use.
+            print_json({{"directory", flags->directory},
+                        {"entries", tier.entries},
+                        {"bytes", tier.bytes},
+                        {"corrupt_files", tier.corrupt_files},
+                        {"oldest_use_ms", oldest}});
             return 0;
         }
         std::printf("directory        %s\nentries          %zu\nsize             %s\n",
-                    flags->directory.c_str(), tier.entries, size(tier.bytes).c_str());
+                    flags->directory.c_str(), tier.entries, human_bytes(tier.bytes).c_str());
         if (oldest) std::printf("least recent use %s ago\n", age(oldest).c_str());
         if (tier.corrupt_files)
             std::printf("removed          %llu damaged files\n",

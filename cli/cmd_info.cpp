@@ -10,23 +10,6 @@
 
 namespace llamapp::cli {
 
-namespace {
-
-std::string human_bytes(std::uint64_t bytes) {
-    const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-    double v = static_cast<double>(bytes);
-    int u = 0;
-    while (v >= 1024 && u < 4) {
-        v /= 1024;
-        ++u;
-    }
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%.2f %s", v, units[u]);
-    return buf;
-}
-
-}  // namespace
-
 Runner add_info(CLI::App& app) {
     struct Flags {
         CommonFlags common;

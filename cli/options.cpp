@@ -227,6 +227,19 @@ Result<SamplingParams> sampling_params(const SamplingFlags& f) {
     return p;
 }
 
+std::string human_bytes(std::uint64_t bytes) {
+    const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    double v = static_cast<double>(bytes);
+    int u = 0;
+    while (v >= 1024 && u < 4) {
+        v /= 1024;
+        ++u;
+    }
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.2f %s", v, units[u]);
+    return buf;
+}
+
 int report(const Error& error) {
     std::fprintf(stderr, "error: %s [%s]\n", error.describe().c_str(),
                  std::string(to_string(error.code)).c_str());

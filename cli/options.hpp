@@ -81,6 +81,9 @@ Result<std::shared_ptr<KvStore>> open_kv_store(const CacheFlags& flags);
 // Reads a whole file; errors name the option that pointed at it.
 Result<std::string> read_text_file(const std::string& path, const char* option);
 
+// "1.50 MiB".
+std::string human_bytes(std::uint64_t bytes);
+
 // "error: <message> (<context>)" on stderr; returns the exit code for an error.
 int report(const Error& error);
 

@@ -206,8 +206,9 @@ class KvStore {
                                              const std::string& session) const;
     std::vector<KvEntryInfo> entries() const;
 
-    // Both remove entries from every tier and return how many. A save still being written
-    // when they run is published afterwards.
+    // Both remove entries from every tier and return how many (a committed save still waiting
+    // for its writer counts and is not written; a reserved, uncommitted one is published
+    // when it is committed).
     std::size_t clear();
     std::size_t prune(std::chrono::seconds unused_for);  // entries unused for that long
     void flush();                                        // waits until queued writes are done

@@ -151,8 +151,12 @@ ParsedHeader parse(int fd, const fs::path& path) {
     h.created_ms = get<std::uint64_t>(fixed + 48);
     h.last_used_ms = get<std::uint64_t>(fixed + 64);
     h.hits = get<std::uint64_t>(fixed + 72);
-    if (usage_checksum(h.last_used_ms, h.hits) != get<std::uint64_t>(fixed + 80))
-        return refuse(EntryDefect::usage_checksum);
+    // The usage block is rewritten in place while readers may be reading the file; a torn or
+    // damaged one only loses the usage (the key and payload have checksums of their own).
+    if (usage_checksum(h.last_used_ms, h.hits) != get<std::uint64_t>(fixed + 80)) {
+        h.last_used_ms = h.created_ms;
+        h.hits = 0;
+    }
 
     Reader r{meta.data(), meta.data() + meta.size()};
     h.ns_id = r.string();
@@ -237,8 +241,6 @@ std::string_view to_string(EntryDefect d) {
             return "unsupported version";
         case EntryDefect::header_checksum:
             return "header checksum mismatch";
-        case EntryDefect::usage_checksum:
-            return "usage checksum mismatch";
         case EntryDefect::malformed:
             return "malformed header";
         case EntryDefect::key_mismatch:
@@ -331,8 +333,8 @@ void update_usage(const fs::path& path, std::uint64_t last_used_ms, std::uint64_
     put(block, 16, usage_checksum(last_used_ms, hits));
     Fd fd(::open(path.c_str(), O_WRONLY | O_CLOEXEC));
     if (fd.fd < 0) return;
-    // One 24-byte write inside the first sector: not torn in practice, and a torn one only
-    // costs this entry (its checksum fails and it is dropped, never restored wrongly).
+    // One 24-byte write inside the first sector: not torn in practice, and a reader that sees
+    // a torn one only loses the usage (see parse).
     [[maybe_unused]] const ssize_t n =
         ::pwrite(fd.fd, block.data(), block.size(), static_cast<off_t>(usage_offset));
 }

@@ -61,7 +61,6 @@ enum class EntryDefect {
     magic,
     version,
     header_checksum,
-    usage_checksum,
     malformed,
     key_mismatch,
     size_mismatch,

@@ -271,9 +271,7 @@ void KvStore::record_hit(const KvHit& hit) {
     if (e.dir < 0 || s.stopping) return;
     // Not bounded by max_pending_saves: one small job per restore, and a restore is rare next
     // to the tokens it saves.
-    ++s.pending_jobs;
     ++s.usage_jobs;
-    s.metrics.pending->set(static_cast<double>(s.pending_jobs));
     s.jobs.push_back(WriteJob{.handle = it->second});
     s.work.notify_one();
 }
@@ -476,7 +474,7 @@ std::size_t KvStore::prune(std::chrono::seconds unused_for) {
 
 void KvStore::flush() {
     std::unique_lock lock(impl_->mutex);
-    impl_->done.wait(lock, [&] { return impl_->pending_jobs == 0; });
+    impl_->done.wait(lock, [&] { return impl_->idle(); });
 }
 
 KvStoreStats KvStore::stats() const {

@@ -21,7 +21,7 @@ void detail::Tier::publish_gauges() const {
 KvStore::Impl::~Impl() {
     {
         std::unique_lock lock(mutex);
-        done.wait(lock, [&] { return pending_jobs == 0; });
+        done.wait(lock, [&] { return idle(); });
         stopping = true;
     }
     work.notify_all();
@@ -177,7 +177,7 @@ std::expected<KvSaveTicket, Drop> KvStore::Impl::reserve(
         }
         std::vector<Removal> none;
         const bool to_ram = fits_ram && make_room(*ram, -1, file_bytes, none);
-        bool to_dir = fits_dir && pending_jobs - usage_jobs < options.max_pending_saves &&
+        bool to_dir = fits_dir && pending_jobs < options.max_pending_saves &&
                       (to_ram || staged_bytes + bytes <= options.max_pending_bytes);
         if (fits_dir && !to_dir) metrics.dropped_pool_full->inc();  // the directory copy
         if (!to_ram && !to_dir) {
@@ -324,8 +324,7 @@ void KvStore::Impl::writer_loop() {
             carry_out(std::move(removals));
         }
         std::lock_guard lock(mutex);
-        --pending_jobs;
-        if (!job.payload) --usage_jobs;
+        --(job.payload ? pending_jobs : usage_jobs);
         staged_bytes -= job.staged;
         metrics.pending->set(static_cast<double>(pending_jobs));
         done.notify_all();

@@ -96,8 +96,9 @@ struct KvStore::Impl {
     std::map<std::pair<std::string, std::string>, Handle> sessions;  // (namespace, session)
 
     std::deque<detail::WriteJob> jobs;
-    std::size_t pending_jobs = 0;  // queued and running
-    std::size_t usage_jobs = 0;    // of which usage-block rewrites (not bounded as saves are)
+    std::size_t pending_jobs = 0;  // saves queued and running
+    std::size_t usage_jobs = 0;    // usage-block rewrites queued and running (not bounded)
+    bool idle() const { return pending_jobs == 0 && usage_jobs == 0; }
     std::uint64_t staged_bytes = 0;
     bool stopping = false;
     std::condition_variable work;

@@ -308,6 +308,11 @@ TEST(ServerOps, CacheFlagsSetTheTierQuotasAndTheCacheRoutesManageIt) {
     auto post = [&](const std::string& path, const std::string& body) {
         return c.Post(path, body, "application/json");
     };
+    auto forever = post("/cache/prune", R"({"unused_for_seconds":18446744073709551615})");
+    ASSERT_TRUE(forever && forever->status == 200);
+    EXPECT_EQ(json::parse(forever->body)["removed"], 0);
+    EXPECT_EQ(json::parse(post("/cache/prune", "{}")->body)["error"]["code"],
+              "missing_required_parameter");
     auto kept = post("/cache/prune", R"({"unused_for_seconds":3600})");
     ASSERT_TRUE(kept && kept->status == 200);
     EXPECT_EQ(json::parse(kept->body)["removed"], 0);

@@ -644,12 +644,16 @@ TEST(ServerLifecycle, SigtermDrainsInFlightRequests) {
     });
     auto c = server.client();
     // SIGTERM only once the request runs: earlier it would be refused, not drained.
-    ASSERT_TRUE(llamapp::test::eventually(
+    const bool running = llamapp::test::eventually(
         [&] {
             auto h = c.Get("/health");
             return h && json::parse(h->body)["busy_slots"] == 1;
         },
-        std::chrono::seconds(30)));
+        std::chrono::seconds(30));
+    if (!running) {
+        client.join();
+        FAIL() << "the request never ran; status " << status.load();
+    }
     server.signal(SIGTERM);
     client.join();
     EXPECT_EQ(status.load(), 200);

@@ -239,7 +239,11 @@ TEST(KvStore, CorruptFilesAreNeverRestored) {
         fs::path target = file;
         switch (damage) {
             case bit_flip: {
-                const auto at = std::uniform_int_distribution<std::size_t>(0, size - 1)(rng);
+                // Not in the usage block (bytes 64..87): see UsageDamageLosesOnlyTheUsage.
+                std::size_t at = 0;
+                do {
+                    at = std::uniform_int_distribution<std::size_t>(0, size - 1)(rng);
+                } while (at >= 64 && at < 88);
                 bytes[at] = static_cast<char>(bytes[at] ^ (1 << (rng() % 8)));
                 break;
             }
@@ -265,6 +269,41 @@ TEST(KvStore, CorruptFilesAreNeverRestored) {
         const auto stats = (*store)->stats();
         EXPECT_EQ(stats.tiers.at(0).corrupt_files, 1u) << "round " << round << " damage " << damage;
         EXPECT_TRUE(entry_files(dir.path()).empty()) << "round " << round;
+    }
+}
+
+// The usage block (last use, hits) is rewritten in place while other threads may read the
+// file, so a torn or damaged one resets the usage and keeps the entry: the key and payload
+// are checked on their own.
+TEST(KvStore, UsageDamageLosesOnlyTheUsage) {
+    const Tokens t = seq(1, 48);
+    for (std::size_t at = 64; at < 88; ++at) {
+        TempDir dir;
+        {
+            auto store = KvStore::open(disk_only(dir.path()));
+            ASSERT_TRUE(store);
+            ASSERT_TRUE((*store)->put(model_a(), t, payload_for(t, 2000)));
+            ASSERT_TRUE((*store)->fetch(model_a(), seq(1, 60), {}));  // hits 1
+        }
+        const fs::path file = entry_files(dir.path()).at(0);
+        std::fstream f(file, std::ios::binary | std::ios::in | std::ios::out);
+        f.seekg(static_cast<std::streamoff>(at));
+        char c = 0;
+        f.read(&c, 1);
+        c = static_cast<char>(c ^ 0x10);
+        f.seekp(static_cast<std::streamoff>(at));
+        f.write(&c, 1);
+        f.close();
+        auto store = KvStore::open(disk_only(dir.path()));
+        ASSERT_TRUE(store);
+        const auto entries = (*store)->entries();
+        ASSERT_EQ(entries.size(), 1u) << "byte " << at;
+        EXPECT_EQ(entries[0].hits, 0u) << "byte " << at;
+        EXPECT_EQ(entries[0].last_used_ms, entries[0].created_ms) << "byte " << at;
+        auto hit = (*store)->fetch(model_a(), seq(1, 60), {});
+        ASSERT_TRUE(hit) << "byte " << at;
+        EXPECT_EQ(*hit->payload, payload_for(t, 2000));
+        EXPECT_EQ((*store)->stats().tiers.at(0).corrupt_files, 0u);
     }
 }
 
