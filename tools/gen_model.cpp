@@ -34,7 +34,8 @@
 
 namespace {
 
-enum class Arch { llama, qwen3, gemma2, mamba };
+// jamba is the hybrid family: Mamba layers and attention layers (without RoPE) in one stack.
+enum class Arch { llama, qwen3, gemma2, mamba, jamba };
 
 // How a tensor's values are drawn. Most tensors are plain noise; the few that are not would make
 // the model numerically degenerate (e.g. zero norms kill the signal, positive Mamba A explodes).
@@ -79,6 +80,11 @@ int ssm_dt_rank(int n_embd) {
     return (n_embd + 15) / 16;
 }
 
+// jamba: every second layer attends (layer 1, 3, ...); the others are Mamba layers.
+bool jamba_attends(int il) {
+    return il % 2 == 1;
+}
+
 std::string arch_name(Arch a) {
     switch (a) {
         case Arch::llama:
@@ -89,6 +95,8 @@ std::string arch_name(Arch a) {
             return "gemma2";
         case Arch::mamba:
             return "mamba";
+        case Arch::jamba:
+            return "jamba";
     }
     return "?";
 }
@@ -138,7 +146,7 @@ std::vector<TensorSpec> build_tensors(Arch arch, const Shape& s, int64_t n_vocab
 
     for (int il = 0; il < s.n_layer; ++il) {
         vec(blk(il, "attn_norm.weight"), {E}, Init::ones);
-        if (arch == Arch::mamba) {
+        if (arch == Arch::mamba || (arch == Arch::jamba && !jamba_attends(il))) {
             const int64_t d_inner = 2 * E;
             const int64_t dt_rank = ssm_dt_rank(s.n_embd);
             mat(blk(il, "ssm_in.weight"), E, 2 * d_inner);
@@ -154,21 +162,25 @@ std::vector<TensorSpec> build_tensors(Arch arch, const Shape& s, int64_t n_vocab
             vec(blk(il, "ssm_a"), {kSsmState, d_inner}, Init::ssm_a);
             vec(blk(il, "ssm_d"), {d_inner}, Init::ones);
             mat(blk(il, "ssm_out.weight"), d_inner, E, out_std);
-            continue;
-        }
-        const int64_t head_dim = E / s.n_head;
-        const int64_t n_q = head_dim * s.n_head;
-        const int64_t n_kv = head_dim * s.n_head_kv;
-        mat(blk(il, "attn_q.weight"), E, n_q);
-        mat(blk(il, "attn_k.weight"), E, n_kv);
-        mat(blk(il, "attn_v.weight"), E, n_kv);
-        mat(blk(il, "attn_output.weight"), n_q, E, out_std);
-        if (arch == Arch::qwen3) {
-            vec(blk(il, "attn_q_norm.weight"), {head_dim}, Init::ones);
-            vec(blk(il, "attn_k_norm.weight"), {head_dim}, Init::ones);
-        }
-        if (arch == Arch::gemma2) {
-            vec(blk(il, "post_attention_norm.weight"), {E}, Init::ones);
+            if (arch == Arch::mamba) continue;  // Mamba layers have no FFN
+            vec(blk(il, "ssm_dt_norm.weight"), {dt_rank}, Init::ones);
+            vec(blk(il, "ssm_b_norm.weight"), {kSsmState}, Init::ones);
+            vec(blk(il, "ssm_c_norm.weight"), {kSsmState}, Init::ones);
+        } else {
+            const int64_t head_dim = E / s.n_head;
+            const int64_t n_q = head_dim * s.n_head;
+            const int64_t n_kv = head_dim * s.n_head_kv;
+            mat(blk(il, "attn_q.weight"), E, n_q);
+            mat(blk(il, "attn_k.weight"), E, n_kv);
+            mat(blk(il, "attn_v.weight"), E, n_kv);
+            mat(blk(il, "attn_output.weight"), n_q, E, out_std);
+            if (arch == Arch::qwen3) {
+                vec(blk(il, "attn_q_norm.weight"), {head_dim}, Init::ones);
+                vec(blk(il, "attn_k_norm.weight"), {head_dim}, Init::ones);
+            }
+            if (arch == Arch::gemma2) {
+                vec(blk(il, "post_attention_norm.weight"), {E}, Init::ones);
+            }
         }
         vec(blk(il, "ffn_norm.weight"), {E}, Init::ones);
         mat(blk(il, "ffn_gate.weight"), E, s.n_ff);
@@ -305,14 +317,16 @@ void set_hparams(gguf_context* g, const Options& o, const std::string& arch) {
     u32("context_length", s.n_ctx);
     u32("embedding_length", s.n_embd);
     u32("block_count", s.n_layer);
-    if (o.arch == Arch::mamba) {
-        // Mamba has no attention or FFN; llama.cpp's converter writes zeros for these keys.
-        u32("feed_forward_length", 0);
-        u32("attention.head_count", 0);
+    if (o.arch == Arch::mamba || o.arch == Arch::jamba) {
         u32("ssm.conv_kernel", kSsmConv);
         u32("ssm.inner_size", 2 * s.n_embd);
         u32("ssm.state_size", kSsmState);
         u32("ssm.time_step_rank", ssm_dt_rank(s.n_embd));
+    }
+    if (o.arch == Arch::mamba) {
+        // Mamba has no attention or FFN; llama.cpp's converter writes zeros for these keys.
+        u32("feed_forward_length", 0);
+        u32("attention.head_count", 0);
         gguf_set_val_bool(g, key("ssm.dt_b_c_rms").c_str(), false);
         f32("attention.layer_norm_rms_epsilon", 1e-5f);
         return;
@@ -320,10 +334,20 @@ void set_hparams(gguf_context* g, const Options& o, const std::string& arch) {
     const int head_dim = s.n_embd / s.n_head;
     u32("feed_forward_length", s.n_ff);
     u32("attention.head_count", s.n_head);
-    u32("attention.head_count_kv", s.n_head_kv);
+    if (o.arch == Arch::jamba) {
+        // Per layer: a Mamba layer has no KV heads, which is how llama.cpp tells them apart.
+        std::vector<uint32_t> kv(static_cast<size_t>(s.n_layer));
+        for (int il = 0; il < s.n_layer; ++il)
+            kv[static_cast<size_t>(il)] =
+                jamba_attends(il) ? static_cast<uint32_t>(s.n_head_kv) : 0;
+        gguf_set_arr_data(g, key("attention.head_count_kv").c_str(), GGUF_TYPE_UINT32, kv.data(),
+                          kv.size());
+    } else {
+        u32("attention.head_count_kv", s.n_head_kv);
+    }
     u32("attention.key_length", head_dim);
     u32("attention.value_length", head_dim);
-    u32("rope.dimension_count", head_dim);
+    if (o.arch != Arch::jamba) u32("rope.dimension_count", head_dim);  // jamba has no RoPE
     switch (o.arch) {
         case Arch::llama:
             f32("attention.layer_norm_rms_epsilon", 1e-5f);
@@ -340,6 +364,9 @@ void set_hparams(gguf_context* g, const Options& o, const std::string& arch) {
             u32("attention.sliding_window", s.sliding_window);
             f32("attn_logit_softcapping", 50.0f);
             f32("final_logit_softcapping", 30.0f);
+            break;
+        case Arch::jamba:
+            f32("attention.layer_norm_rms_epsilon", 1e-6f);
             break;
         case Arch::mamba:
             break;
@@ -553,8 +580,9 @@ int main(int argc, char** argv) {
         "  demo      n_embd 256, 4 layers,  8 heads, 4 kv heads, ff 768,  ctx 2048, swa 512\n"
         "  bench125m n_embd 768, 12 layers, 12 heads, 4 kv heads, ff 2048, ctx 2048, swa 512"};
     std::string arch = "llama";
-    app.add_option("--arch", arch, "Architecture (mamba is the recurrent family)")
-        ->check(CLI::IsMember({"llama", "qwen3", "gemma2", "mamba"}))
+    app.add_option("--arch", arch,
+                   "Architecture (mamba is the recurrent family, jamba the hybrid one)")
+        ->check(CLI::IsMember({"llama", "qwen3", "gemma2", "mamba", "jamba"}))
         ->capture_default_str();
     app.add_option("--vocab", o.vocab, "GGUF file whose tokenizer.* keys are copied")->required();
     app.add_option("--out", o.out, "Output GGUF path")->required();
@@ -586,6 +614,7 @@ int main(int argc, char** argv) {
         o.arch = arch == "qwen3"    ? Arch::qwen3
                  : arch == "gemma2" ? Arch::gemma2
                  : arch == "mamba"  ? Arch::mamba
+                 : arch == "jamba"  ? Arch::jamba
                                     : Arch::llama;
         const Shape preset = preset_shape(o.preset);
         for (const auto& [opt, field] : shape_opts) {

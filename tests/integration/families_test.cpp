@@ -23,6 +23,7 @@ class Families : public ::testing::TestWithParam<test::Family> {
 TEST_P(Families, ReportsItsFamily) {
     Model m = load();
     EXPECT_EQ(m.info().is_recurrent || m.info().is_hybrid, GetParam().recurrent);
+    EXPECT_EQ(m.info().is_hybrid, GetParam().hybrid);
     EXPECT_EQ(m.info().sliding_window > 0, GetParam().sliding_window);
     EXPECT_GT(m.info().n_params, 0u);
 }

@@ -10,15 +10,16 @@ namespace llamapp::test {
 
 struct Family {
     const char* file;
-    bool recurrent;
+    bool recurrent;  // recurrent or hybrid: no partial removal, whole-entry restores only
     bool sliding_window;
+    bool hybrid = false;  // attention and recurrent layers in one model
 };
 
 inline auto generated_families() {
     return ::testing::Values(
         Family{"llama-tiny.gguf", false, false}, Family{"llama-tiny-q4_0.gguf", false, false},
         Family{"qwen3-tiny.gguf", false, false}, Family{"gemma2-tiny.gguf", false, true},
-        Family{"mamba-tiny.gguf", true, false});
+        Family{"mamba-tiny.gguf", true, false}, Family{"jamba-tiny.gguf", true, false, true});
 }
 
 // "llama-tiny-q4_0.gguf" -> "llama_tiny_q4_0", for test names.
