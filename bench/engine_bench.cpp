@@ -27,6 +27,9 @@ struct Common {
     int threads = 2;
     int rounds = 3;
     std::string flash_attn = "auto";
+    // Off by default: the single-stream paths and llama.cpp's tools compared here do one token
+    // per decode, and prompt-lookup drafts on random tokens would inflate the engine's rate.
+    int draft_tokens = 0;
     bool json = false;
 
     FlashAttention fa() const {
@@ -62,6 +65,7 @@ Engine make_engine(const Model& model, const Common& c, int slots, int n_ctx, bo
     o.context.n_seq_max = slots;
     o.context.n_threads = c.threads;
     o.prefix_reuse = reuse;
+    o.draft_tokens = c.draft_tokens;
     o.max_queued_requests = 1024;
     auto e = Engine::create(model, o);
     if (!e) throw std::runtime_error(e.error().describe());
@@ -376,6 +380,10 @@ int main(int argc, char** argv) {
     app.add_option("--flash-attn", c.flash_attn)
         ->check(CLI::IsMember({"auto", "on", "off"}))
         ->capture_default_str();
+    app.add_option("--draft-tokens", c.draft_tokens,
+                   "the engine's prompt-lookup drafting (0 = off, as llama.cpp's tools run)")
+        ->capture_default_str()
+        ->check(CLI::NonNegativeNumber);
     app.add_flag("--json", c.json, "print the result as JSON");
     app.require_subcommand(1);
 
