@@ -16,18 +16,11 @@ using namespace std::chrono_literals;
 using test::drain;
 using test::encode;
 using test::request;
+using test::stories::engine;
+using test::stories::kPrompts;
+using test::stories::options;
 
 namespace {
-
-EngineOptions options(int slots, std::int64_t n_ctx = 1024) {
-    return test::stories_engine_options(slots, n_ctx);
-}
-
-Engine engine(EngineOptions o) {
-    return test::create_engine(test::stories_model(), std::move(o));
-}
-
-const std::vector<std::string>& kPrompts = test::story_prompts();
 
 // The value of one series in Prometheus text, or -1 when it is missing.
 double series_value(const std::string& text, const std::string& series) {

@@ -13,18 +13,11 @@ using namespace std::chrono_literals;
 using test::drain;
 using test::encode;
 using test::request;
+using test::stories::engine;
+using test::stories::kPrompts;
+using test::stories::options;
 
 namespace {
-
-EngineOptions options(int slots, std::int64_t n_ctx = 1024) {
-    return test::stories_engine_options(slots, n_ctx);
-}
-
-Engine engine(EngineOptions o) {
-    return test::create_engine(test::stories_model(), std::move(o));
-}
-
-const std::vector<std::string>& kPrompts = test::story_prompts();
 
 // What the foundation's single-stream generate produces for a prompt alone.
 std::vector<Token> solo(const std::vector<Token>& prompt, int max_tokens) {

@@ -32,4 +32,15 @@ inline const std::vector<std::string>& story_prompts() {
     return prompts;
 }
 
+// The short names the engine test files use.
+namespace stories {
+inline EngineOptions options(int slots, std::int64_t n_ctx = 1024) {
+    return stories_engine_options(slots, n_ctx);
+}
+inline Engine engine(EngineOptions o) {
+    return create_engine(stories_model(), std::move(o));
+}
+inline const std::vector<std::string>& kPrompts = story_prompts();
+}  // namespace stories
+
 }  // namespace llamapp::test
