@@ -76,17 +76,95 @@ std::string age(std::uint64_t unix_ms) {
     return fmt::format("{:.0f}d", s / 86400);
 }
 
+struct CacheCommandFlags {
+    std::string action = "stats";
+    std::string directory;
+    std::string unused_for;
+    bool json = false;
+    std::string log_level = "warning";
+};
+
+void list_entries(const std::vector<KvEntryInfo>& entries, bool json) {
+    if (json) {
+        nlohmann::json out = nlohmann::json::array();
+        for (const auto& e : entries) out.push_back(entry_json(e));
+        print_json(out);
+        return;
+    }
+    std::printf("%-16s %8s %11s %6s %-8s %9s  %s\n", "id", "tokens", "size", "hits", "reason",
+                "last use", "session");
+    for (const auto& e : entries) {
+        std::printf("%-16s %8zu %11s %6llu %-8s %9s  %s\n", e.id.substr(0, 16).c_str(),
+                    e.tokens.size(), human_bytes(e.payload_bytes).c_str(),
+                    static_cast<unsigned long long>(e.hits),
+                    std::string(to_string(e.reason)).c_str(),
+                    (age(e.last_used_ms) + " ago").c_str(), e.session.c_str());
+    }
+}
+
+void print_stats(const KvStore& s, const std::string& directory, bool json) {
+    const KvTierStats tier = s.stats().tiers.at(0);
+    std::uint64_t oldest = 0;
+    for (const auto& e : s.entries())
+        if (oldest == 0 || e.last_used_ms < oldest) oldest = e.last_used_ms;
+    if (json) {
+        // The keys of GET /cache's tiers, plus the directory and the least recent use.
+        print_json({{"directory", directory},
+                    {"entries", tier.entries},
+                    {"bytes", tier.bytes},
+                    {"corrupt_files", tier.corrupt_files},
+                    {"oldest_use_ms", oldest}});
+        return;
+    }
+    std::printf("directory        %s\nentries          %zu\nsize             %s\n",
+                directory.c_str(), tier.entries, human_bytes(tier.bytes).c_str());
+    if (oldest) std::printf("least recent use %s ago\n", age(oldest).c_str());
+    if (tier.corrupt_files)
+        std::printf("removed          %llu damaged files\n",
+                    static_cast<unsigned long long>(tier.corrupt_files));
+}
+
+int run_cache(const CacheCommandFlags& flags) {
+    LogLevel level = LogLevel::warning;
+    parse_log_level(flags.log_level, level);
+    set_log_level(level);
+    std::chrono::seconds unused_for{0};
+    if (flags.action == "prune") {
+        if (flags.unused_for.empty())
+            return report({ErrorCode::invalid_argument, "prune needs --unused-for", {}});
+        auto d = parse_duration(flags.unused_for);
+        if (!d) return report(d.error());
+        unused_for = *d;
+    } else if (!flags.unused_for.empty()) {
+        return report({ErrorCode::invalid_argument, "--unused-for goes with prune only", {}});
+    }
+    if (!std::filesystem::is_directory(flags.directory))
+        return report({ErrorCode::file_not_found, "no such directory", flags.directory});
+    // Opening checks every header: damaged files and crash leftovers go now.
+    KvStoreOptions options;
+    options.ram_bytes = 0;
+    options.directories.push_back({"disk", flags.directory, 0});
+    auto store = KvStore::open(std::move(options));
+    if (!store) return report(store.error());
+    KvStore& s = **store;
+    if (flags.action == "clear" || flags.action == "prune") {
+        const std::size_t removed = flags.action == "clear" ? s.clear() : s.prune(unused_for);
+        if (flags.json)
+            print_json({{"removed", removed}});
+        else
+            std::printf("removed %zu %s\n", removed, removed == 1 ? "entry" : "entries");
+    } else if (flags.action == "list") {
+        list_entries(s.entries(), flags.json);
+    } else {
+        print_stats(s, flags.directory, flags.json);
+    }
+    return 0;
+}
+
 }  // namespace
 
 Runner add_cache_command(CLI::App& app) {
-    struct Flags {
-        std::string action = "stats";
-        std::string directory;
-        std::string unused_for;
-        bool json = false;
-        std::string log_level = "warning";
-    };
-    auto flags = std::make_shared<Flags>();
+    auto flags = std::make_shared<CacheCommandFlags>();
     CLI::App* cmd = app.add_subcommand(
         "cache", "show, list, prune or clear a KV snapshot directory (stop the server using it)");
     cmd->add_option("action", flags->action, "stats (default), list, prune or clear")
@@ -98,78 +176,7 @@ Runner add_cache_command(CLI::App& app) {
     cmd->add_flag("--json", flags->json, "print JSON");
     cmd->add_option("--log-level", flags->log_level, "debug, info, warning, error or none")
         ->check(CLI::IsMember({"debug", "info", "warning", "error", "none"}));
-    return [flags]() -> int {
-        LogLevel level = LogLevel::warning;
-        parse_log_level(flags->log_level, level);
-        set_log_level(level);
-        std::chrono::seconds unused_for{0};
-        if (flags->action == "prune") {
-            if (flags->unused_for.empty())
-                return report({ErrorCode::invalid_argument, "prune needs --unused-for", {}});
-            auto d = parse_duration(flags->unused_for);
-            if (!d) return report(d.error());
-            unused_for = *d;
-        } else if (!flags->unused_for.empty()) {
-            return report({ErrorCode::invalid_argument, "--unused-for goes with prune only", {}});
-        }
-        if (!std::filesystem::is_directory(flags->directory))
-            return report({ErrorCode::file_not_found, "no such directory", flags->directory});
-        // Opening checks every header: damaged files and crash leftovers go now.
-        KvStoreOptions options;
-        options.ram_bytes = 0;
-        options.directories.push_back({"disk", flags->directory, 0});
-        auto store = KvStore::open(std::move(options));
-        if (!store) return report(store.error());
-        KvStore& s = **store;
-
-        if (flags->action == "clear" || flags->action == "prune") {
-            const std::size_t removed = flags->action == "clear" ? s.clear() : s.prune(unused_for);
-            if (flags->json)
-                print_json({{"removed", removed}});
-            else
-                std::printf("removed %zu %s\n", removed, removed == 1 ? "entry" : "entries");
-            return 0;
-        }
-        const auto entries = s.entries();
-        const KvTierStats tier = s.stats().tiers.at(0);
-        if (flags->action == "list") {
-            if (flags->json) {
-                nlohmann::json out = nlohmann::json::array();
-                for (const auto& e : entries) out.push_back(entry_json(e));
-                print_json(out);
-                return 0;
-            }
-            std::printf("%-16s %8s %11s %6s %-8s %9s  %s\n", "id", "tokens", "size", "hits",
-                        "reason", "last use", "session");
-            for (const auto& e : entries) {
-                std::printf("%-16s %8zu %11s %6llu %-8s %9s  %s\n", e.id.substr(0, 16).c_str(),
-                            e.tokens.size(), human_bytes(e.payload_bytes).c_str(),
-                            static_cast<unsigned long long>(e.hits),
-                            std::string(to_string(e.reason)).c_str(),
-                            (age(e.last_used_ms) + " ago").c_str(), e.session.c_str());
-            }
-            return 0;
-        }
-        std::uint64_t oldest = 0;
-        for (const auto& e : entries)
-            if (oldest == 0 || e.last_used_ms < oldest) oldest = e.last_used_ms;
-        if (flags->json) {
-            // The keys of GET /cache's tiers, plus the directory and the least recent use.
-            print_json({{"directory", flags->directory},
-                        {"entries", tier.entries},
-                        {"bytes", tier.bytes},
-                        {"corrupt_files", tier.corrupt_files},
-                        {"oldest_use_ms", oldest}});
-            return 0;
-        }
-        std::printf("directory        %s\nentries          %zu\nsize             %s\n",
-                    flags->directory.c_str(), tier.entries, human_bytes(tier.bytes).c_str());
-        if (oldest) std::printf("least recent use %s ago\n", age(oldest).c_str());
-        if (tier.corrupt_files)
-            std::printf("removed          %llu damaged files\n",
-                        static_cast<unsigned long long>(tier.corrupt_files));
-        return 0;
-    };
+    return [flags]() -> int { return run_cache(*flags); };
 }
 
 }  // namespace llamapp::cli

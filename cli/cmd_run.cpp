@@ -122,8 +122,10 @@ int run_chat(Engine& engine, const Model& model, const RunFlags& flags,
         if (!text) return report(text.error());
         override_source = *text;
     }
-    auto tmpl = ChatTemplate::create(model, override_source);
+    auto tmpl = ChatTemplate::create(model, override_source, MissingTemplate::chatml);
     if (!tmpl) return report(tmpl.error());
+    if (tmpl->is_fallback())
+        std::fprintf(stderr, "chat: the model has no chat template; using ChatML\n");
     std::vector<ChatMessage> history;
     if (!flags.system.empty()) history.push_back({.role = "system", .content = flags.system});
     std::string line;
@@ -166,6 +168,77 @@ int run_chat(Engine& engine, const Model& model, const RunFlags& flags,
     return 0;
 }
 
+// The prompt and the generation options from the flags.
+Result<std::pair<std::string, GenerateOptions>> run_inputs(const RunFlags& flags) {
+    auto sampling = sampling_params(flags.sampling);
+    if (!sampling) return std::unexpected(sampling.error());
+    std::string prompt = flags.prompt;
+    if (!flags.prompt_file.empty()) {
+        auto text = read_text_file(flags.prompt_file, "--file");
+        if (!text) return std::unexpected(text.error());
+        prompt = *text;
+    }
+    if (prompt.empty() && flags.prompt_file.empty() && !flags.chat) prompt = "Once upon a time";
+    GenerateOptions options;
+    options.sampling = *sampling;
+    options.max_tokens = flags.n_predict;
+    options.stop = flags.stop;
+    options.ignore_eos = flags.ignore_eos;
+    if (auto ok = options.validate(); !ok) return std::unexpected(ok.error());
+    return std::pair{std::move(prompt), std::move(options)};
+}
+
+// One completion of `prompt`, streamed to stdout (or printed as JSON at the end).
+int run_once(Engine& engine, const RunFlags& flags, std::string prompt, GenerateOptions options) {
+    CancellationToken cancel;
+    g_interrupt = &cancel;
+    options.cancel = cancel;
+    if (!flags.json && !flags.no_display_prompt) {
+        std::fwrite(prompt.data(), 1, prompt.size(), stdout);
+    }
+    EngineRequest request;
+    request.options = options;
+    auto handle = engine.submit(prompt, std::move(request));
+    if (!handle) return report(handle.error());
+    std::optional<Completion> done = stream_reply(*handle, !flags.json);
+    g_interrupt = nullptr;
+    engine.shutdown();  // saves per the policy and waits for the writes
+    if (!done) return report(Error{ErrorCode::internal, "the request ended without a result", {}});
+    const Generation& result = done->generation;
+    if (flags.json) {
+        std::cout << to_json(*done).dump(2) << "\n";
+    } else {
+        std::fputc('\n', stdout);
+        print_summary(*done);
+    }
+    if (result.finish_reason == FinishReason::error) return report(*result.error);
+    return 0;
+}
+
+int run(const RunFlags& flags) {
+    auto inputs = run_inputs(flags);
+    if (!inputs) return report(inputs.error());
+    auto& [prompt, options] = *inputs;
+    auto ctx_options = context_options(flags.context);
+    if (!ctx_options) return report(ctx_options.error());
+    auto model = load_model(flags.common);
+    if (!model) return report(model.error());
+    std::signal(SIGINT, on_sigint);
+    // One slot of an engine: the same path as the server, with the KV snapshot store, so a
+    // prompt run before (in this process or, with --cache-disk, an earlier one) starts warm.
+    auto store = open_kv_store(flags.cache);
+    if (!store) return report(store.error());
+    EngineOptions engine_options;
+    engine_options.context = *ctx_options;
+    engine_options.context.n_seq_max = 1;
+    engine_options.kv_store = *store;
+    apply_draft(flags.draft, engine_options);
+    auto engine = Engine::create(*model, std::move(engine_options));
+    if (!engine) return report(engine.error());
+    if (flags.chat) return run_chat(*engine, *model, flags, options);
+    return run_once(*engine, flags, std::move(prompt), std::move(options));
+}
+
 }  // namespace
 
 Runner add_run(CLI::App& app) {
@@ -192,67 +265,7 @@ Runner add_run(CLI::App& app) {
     cmd->add_flag("--no-display-prompt", flags->no_display_prompt,
                   "do not echo the prompt before the output");
 
-    return [flags]() -> int {
-        auto sampling = sampling_params(flags->sampling);
-        if (!sampling) return report(sampling.error());
-        auto ctx_options = context_options(flags->context);
-        if (!ctx_options) return report(ctx_options.error());
-        std::string prompt = flags->prompt;
-        if (!flags->prompt_file.empty()) {
-            auto text = read_text_file(flags->prompt_file, "--file");
-            if (!text) return report(text.error());
-            prompt = *text;
-        }
-        if (prompt.empty() && flags->prompt_file.empty() && !flags->chat)
-            prompt = "Once upon a time";
-        GenerateOptions options;
-        options.sampling = *sampling;
-        options.max_tokens = flags->n_predict;
-        options.stop = flags->stop;
-        options.ignore_eos = flags->ignore_eos;
-        if (auto ok = options.validate(); !ok) return report(ok.error());
-
-        auto model = load_model(flags->common);
-        if (!model) return report(model.error());
-        std::signal(SIGINT, on_sigint);
-        // One slot of an engine: the same path as the server, with the KV snapshot store, so a
-        // prompt run before (in this process or, with --cache-disk, an earlier one) starts warm.
-        auto store = open_kv_store(flags->cache);
-        if (!store) return report(store.error());
-        EngineOptions engine_options;
-        engine_options.context = *ctx_options;
-        engine_options.context.n_seq_max = 1;
-        engine_options.kv_store = *store;
-        apply_draft(flags->draft, engine_options);
-        auto engine = Engine::create(*model, std::move(engine_options));
-        if (!engine) return report(engine.error());
-        if (flags->chat) return run_chat(*engine, *model, *flags, options);
-
-        CancellationToken cancel;
-        g_interrupt = &cancel;
-        options.cancel = cancel;
-        if (!flags->json && !flags->no_display_prompt) {
-            std::fwrite(prompt.data(), 1, prompt.size(), stdout);
-        }
-        EngineRequest request;
-        request.options = options;
-        auto handle = engine->submit(prompt, std::move(request));
-        if (!handle) return report(handle.error());
-        std::optional<Completion> done = stream_reply(*handle, !flags->json);
-        g_interrupt = nullptr;
-        engine->shutdown();  // saves per the policy and waits for the writes
-        if (!done)
-            return report(Error{ErrorCode::internal, "the request ended without a result", {}});
-        const Generation& result = done->generation;
-        if (flags->json) {
-            std::cout << to_json(*done).dump(2) << "\n";
-        } else {
-            std::fputc('\n', stdout);
-            print_summary(*done);
-        }
-        if (result.finish_reason == FinishReason::error) return report(*result.error);
-        return 0;
-    };
+    return [flags]() -> int { return run(*flags); };
 }
 
 }  // namespace llamapp::cli

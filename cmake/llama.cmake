@@ -47,3 +47,11 @@ foreach(_t ggml ggml-base ggml-cpu llama llama-common llama-common-base)
     set_target_properties(${_t} PROPERTIES POSITION_INDEPENDENT_CODE ON)
   endif()
 endforeach()
+
+# AMX: some of the machines this project runs on advertise AMX tiles that the hypervisor then
+# faults on (SIGILL in ggml's AMX q8_0 kernel, seen on 2026-12-01; every quantized model crashed),
+# and -march=native switches ggml's AMX path on wherever the flag is advertised. Off unless asked.
+option(LLAMAPP_GGML_AMX "Let ggml use AMX tiles where -march=native finds them" OFF)
+if(NOT LLAMAPP_GGML_AMX AND TARGET ggml-cpu AND CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
+  target_compile_options(ggml-cpu PRIVATE -mno-amx-tile -mno-amx-int8 -mno-amx-bf16)
+endif()

@@ -3,6 +3,8 @@
 # or llamapp with whatever arguments are given (e.g. scripts/run.sh run -m model.gguf -p "Hi").
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-"$root/scripts/setup.sh"
+# Only what the main job needs: the llamapp binary and the demo model (scripts/test.sh builds
+# the rest: tests, examples, benchmarks' tools).
+LLAMAPP_BUILD_TARGETS=${LLAMAPP_BUILD_TARGETS:-llamapp-cli demo-model} "$root/scripts/setup.sh"
 if [ $# -eq 0 ]; then set -- serve; fi
 exec "${LLAMAPP_BUILD_DIR:-$root/build}/bin/llamapp" "$@"

@@ -2,7 +2,8 @@
 # Installs everything llamapp needs on Debian 12, fetches the pinned llama.cpp tree and builds.
 # Idempotent: installed packages, the verified llama.cpp checkout and the build tree are reused.
 #   scripts/setup.sh            configure + build (Release) into build/
-#   LLAMAPP_BUILD_DIR, LLAMAPP_BUILD_TYPE, LLAMAPP_CMAKE_ARGS override the defaults.
+#   LLAMAPP_BUILD_DIR, LLAMAPP_BUILD_TYPE, LLAMAPP_CMAKE_ARGS override the defaults;
+#   LLAMAPP_BUILD_TARGETS (space-separated) builds only those targets instead of everything.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 
@@ -41,4 +42,9 @@ if [ ! -f "$build/build.ninja" ] || [ "$(cat "$build/.llamapp-settings" 2>/dev/n
     -DLLAMAPP_LLAMA_DIR="$llama_dir" ${LLAMAPP_CMAKE_ARGS:-} >&2
   printf '%s' "$settings" > "$build/.llamapp-settings"
 fi
-cmake --build "$build" >&2
+if [ -n "${LLAMAPP_BUILD_TARGETS:-}" ]; then
+  # shellcheck disable=SC2086
+  cmake --build "$build" --target $LLAMAPP_BUILD_TARGETS >&2
+else
+  cmake --build "$build" >&2
+fi

@@ -40,7 +40,7 @@ class BatchStrategy {
 // Default: every running stream gets its token first, then about one prefill chunk of prompt
 // (the streams' tokens included), oldest prompt first. Calls stay one ubatch long, so streams
 // never wait long behind prompts, and a burst of prompts gets its first tokens one after
-// another rather than all at the end (16 prompts at once: TTFT p50 halved).
+// another rather than all at the end (docs/performance.md has the time-to-first-token figures).
 std::shared_ptr<BatchStrategy> decode_maximal();
 // Prompts first (best throughput for batch jobs), streams fill what is left.
 std::shared_ptr<BatchStrategy> prefill_priority();
@@ -48,12 +48,11 @@ std::shared_ptr<BatchStrategy> prefill_priority();
 std::shared_ptr<BatchStrategy> balanced();
 // Like decode_maximal, but prompts are finished one at a time: a call takes further prompts
 // only until they fill 64 rows (one tile of the CPU's attention kernel). A burst of short
-// prompts gets its first tokens sooner (measured, 4 and 16 clients at once: TTFT p50 35% and 65%
-// lower) at some throughput (5-15% at 16 clients: streams start staggered, so decode calls run
-// emptier).
+// prompts gets its first tokens sooner at some throughput (streams start staggered, so decode
+// calls run emptier); docs/performance.md has the figures.
 std::shared_ptr<BatchStrategy> first_token_first();
 
 // "decode_maximal", "prefill_priority", "balanced" or "first_token_first".
-Result<std::shared_ptr<BatchStrategy>> batch_strategy(std::string_view name);
+[[nodiscard]] Result<std::shared_ptr<BatchStrategy>> batch_strategy(std::string_view name);
 
 }  // namespace llamapp

@@ -69,23 +69,33 @@ struct ChatPrompt {
     // Adds what the reply needs to `options`: stop strings, the tool-call grammar and the
     // markup tokens to show. Errors: invalid_argument when a tool-call grammar would have to
     // replace a grammar or JSON schema already in `options`.
-    Result<void> constrain(GenerateOptions& options) const;
+    [[nodiscard]] Result<void> constrain(GenerateOptions& options) const;
+};
+
+// What ChatTemplate::create does for a model whose GGUF carries no chat template, when no
+// override is given either.
+enum class MissingTemplate {
+    fail,    // template_error
+    chatml,  // ChatML, the most common convention; the server and the CLI's chat use this
 };
 
 // A parsed chat template. Thread-safe after construction; cheap to copy.
 class ChatTemplate {
   public:
     // The model's own template, or `override_source` when not empty. Errors: template_error
-    // when the model has none and no override is given, or the template does not parse.
-    static Result<ChatTemplate> create(const Model& model, const std::string& override_source = {});
+    // when the model has none and no override is given (unless `missing` says chatml), or the
+    // template does not parse.
+    [[nodiscard]] static Result<ChatTemplate> create(
+        const Model& model, const std::string& override_source = {},
+        MissingTemplate missing = MissingTemplate::fail);
 
-    Result<std::string> apply(const std::vector<ChatMessage>& messages,
-                              const ChatRenderOptions& options = {}) const;
+    [[nodiscard]] Result<std::string> apply(const std::vector<ChatMessage>& messages,
+                                            const ChatRenderOptions& options = {}) const;
 
     // Renders and tokenizes so that message text can never become control tokens: a user who
     // types "<|im_end|>" gets the characters, not the token.
-    Result<ChatPrompt> render(const std::vector<ChatMessage>& messages,
-                              const ChatRenderOptions& options = {}) const;
+    [[nodiscard]] Result<ChatPrompt> render(const std::vector<ChatMessage>& messages,
+                                            const ChatRenderOptions& options = {}) const;
 
     // Splits raw model output into answer, reasoning and tool calls per the format `prompt`
     // was rendered with. Output the format cannot parse is returned whole as content. Tool
@@ -96,6 +106,8 @@ class ChatTemplate {
                              bool complete = true);
 
     const std::string& source() const;
+    // ChatML stood in for a template the model does not have (MissingTemplate::chatml).
+    bool is_fallback() const;
 
   private:
     explicit ChatTemplate(std::shared_ptr<const detail::ChatTemplateState> state)
@@ -114,8 +126,9 @@ struct ChatResult {
 };
 
 // One assistant turn. on_piece (optional) sees the raw pieces as they are generated.
-Result<ChatResult> chat(Context& context, const ChatTemplate& chat_template,
-                        const std::vector<ChatMessage>& messages, const ChatOptions& options = {},
-                        const PieceCallback& on_piece = {});
+[[nodiscard]] Result<ChatResult> chat(Context& context, const ChatTemplate& chat_template,
+                                      const std::vector<ChatMessage>& messages,
+                                      const ChatOptions& options = {},
+                                      const PieceCallback& on_piece = {});
 
 }  // namespace llamapp

@@ -21,11 +21,11 @@ enum class FlashAttention { automatic, on, off };
 
 // KV cache element types llama.cpp accepts for -ctk / -ctv.
 enum class KvType { f32, f16, bf16, q8_0, q4_0, q4_1, iq4_nl, q5_0, q5_1 };
-Result<KvType> parse_kv_type(std::string_view name);
+[[nodiscard]] Result<KvType> parse_kv_type(std::string_view name);
 std::string_view to_string(KvType type);
 
 enum class Pooling { model_default, none, mean, cls, last };
-Result<Pooling> parse_pooling(std::string_view name);
+[[nodiscard]] Result<Pooling> parse_pooling(std::string_view name);
 
 struct ContextOptions {
     // Signed on purpose: values from users are validated here rather than wrapped around.
@@ -46,9 +46,19 @@ struct ContextOptions {
     std::chrono::milliseconds decode_timeout{0};
 };
 
+// What partial removal and sequence copy can do for this model, probed when an engine starts.
+struct ReuseModes {
+    bool trim_tail = false;    // a cached sequence can be cut back to a shorter prefix
+    bool copy_prefix = false;  // part of a sequence can be shared in place (unified KV)
+    bool copy_whole = false;   // a whole sequence can be copied (what fork needs)
+    int sliding_window = 0;    // > 0: reuse only while the window stays whole
+    std::string describe() const;
+};
+
 namespace detail {
 struct ContextState;
-}
+struct Internals;
+}  // namespace detail
 
 class TokenStream;
 
@@ -56,7 +66,8 @@ class TokenStream;
 // CancellationToken passed in GenerateOptions may be cancelled from any other thread.
 class Context {
   public:
-    static Result<Context> create(const Model& model, const ContextOptions& options = {});
+    [[nodiscard]] static Result<Context> create(const Model& model,
+                                                const ContextOptions& options = {});
 
     Context(Context&&) noexcept;
     Context& operator=(Context&&) noexcept;
@@ -68,33 +79,40 @@ class Context {
     const ContextOptions& options() const;
 
     // Text in, text out. The prompt is tokenized with GenerateOptions::tokenize.
-    Result<Generation> generate(std::string_view prompt, const GenerateOptions& options = {});
-    Result<Generation> generate(std::span<const Token> prompt, const GenerateOptions& options = {});
+    [[nodiscard]] Result<Generation> generate(std::string_view prompt,
+                                              const GenerateOptions& options = {});
+    [[nodiscard]] Result<Generation> generate(std::span<const Token> prompt,
+                                              const GenerateOptions& options = {});
 
     // Push-style streaming: on_piece is called for every generated token; returning false stops.
-    Result<Generation> stream(std::string_view prompt, const GenerateOptions& options,
-                              const PieceCallback& on_piece);
-    Result<Generation> stream(std::span<const Token> prompt, const GenerateOptions& options,
-                              const PieceCallback& on_piece);
+    [[nodiscard]] Result<Generation> stream(std::string_view prompt, const GenerateOptions& options,
+                                            const PieceCallback& on_piece);
+    [[nodiscard]] Result<Generation> stream(std::span<const Token> prompt,
+                                            const GenerateOptions& options,
+                                            const PieceCallback& on_piece);
 
     // Pull-style streaming. The stream borrows this context: keep the context alive and do not
     // start another generation until the stream is finished or destroyed.
-    Result<TokenStream> start(std::span<const Token> prompt, const GenerateOptions& options = {});
+    [[nodiscard]] Result<TokenStream> start(std::span<const Token> prompt,
+                                            const GenerateOptions& options = {});
 
     // Embeddings (the context must be created with embeddings = true).
-    Result<std::vector<float>> embed(std::string_view text, const EmbedOptions& options = {});
-    Result<std::vector<std::vector<float>>> embed_batch(std::span<const std::string> texts,
-                                                        const EmbedOptions& options = {});
+    [[nodiscard]] Result<std::vector<float>> embed(std::string_view text,
+                                                   const EmbedOptions& options = {});
+    [[nodiscard]] Result<std::vector<std::vector<float>>> embed_batch(
+        std::span<const std::string> texts, const EmbedOptions& options = {});
+    // Token ids as they are (not detokenized and tokenized again); each list is validated.
+    [[nodiscard]] Result<std::vector<std::vector<float>>> embed_batch(
+        std::span<const std::vector<Token>> inputs, const EmbedOptions& options = {});
     // One vector per token (pooling none).
-    Result<std::vector<std::vector<float>>> embed_tokens(std::string_view text,
-                                                         const EmbedOptions& options = {});
+    [[nodiscard]] Result<std::vector<std::vector<float>>> embed_tokens(
+        std::string_view text, const EmbedOptions& options = {});
 
     // Forgets the KV cache (the next generation starts cold). Fails while a TokenStream runs.
-    Result<void> clear();
-
-    detail::ContextState& state() { return *state_; }
+    [[nodiscard]] Result<void> clear();
 
   private:
+    friend struct detail::Internals;  // src/: the engine runs on a context's state
     explicit Context(std::unique_ptr<detail::ContextState> state);
     std::unique_ptr<detail::ContextState> state_;
 };

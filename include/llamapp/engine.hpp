@@ -51,9 +51,8 @@ struct EngineOptions {
     // The same kernel skips blocks of cached tokens that no row of a 64-row tile attends to. A
     // tile that mixes streams' next tokens with a prompt's rows attends to all of their
     // sequences, so one llama_decode holding both sweeps nearly the whole unified cache; with
-    // this on, a step decodes the streams' tokens and the prompt chunks in two calls (measured:
-    // small prompt chunks deep in a shared cache ran 3-4x faster). Ignored where
-    // min_prefill_rows is.
+    // this on, a step decodes the streams' tokens and the prompt chunks in two calls (figures:
+    // docs/performance.md). Ignored where min_prefill_rows is.
     bool separate_prompt_rows = true;
     // Prompt-lookup speculation. When the last `draft_match` tokens of a decoding sequence
     // occurred earlier in it (prompt or reply), up to `draft_tokens` of the tokens that followed
@@ -61,16 +60,15 @@ struct EngineOptions {
     // own sampler picks from the logits computed for it: the sampler sees exactly what it would
     // without drafts, and text that repeats (code being edited, quotes, lists, loops) comes
     // several tokens per decode. A sequence whose drafts keep missing drafts less and less
-    // often. On by default: a stream with nothing to match drafts nothing and pays nothing, and
-    // on the real tiny story model 11-28% of a greedy reply (5-11% sampling at 0.8) came as
-    // kept drafts. 0 = off; ignored for models whose cache cannot drop a tail (recurrent,
-    // hybrid).
+    // often. On by default: a stream with nothing to match drafts nothing and pays nothing
+    // (how much of a reply comes as kept drafts: docs/performance.md). 0 = off; ignored for
+    // models whose cache cannot drop a tail (recurrent, hybrid).
     int draft_tokens = 3;
     int draft_match = 3;
     // Drafts ride along only while the streams' decode call holds at most this many rows
-    // (streams + drafts). Measured on a 2-core CPU: 4 rows cost 1.6x one row, 16 rows 3.8x, so
-    // drafting pays for one or two streams and loses once several streams fill the batch; a
-    // GPU can take far more.
+    // (streams + drafts): on a CPU a decode's cost grows with its rows, so drafting pays for one
+    // or two streams and loses once several streams fill the batch; a GPU can take far more
+    // (docs/performance.md).
     int draft_batch_rows = 4;
     std::shared_ptr<BatchStrategy> strategy;  // null = decode_maximal()
     bool prefix_reuse = true;                 // live prefix reuse and cross-slot adoption
@@ -106,19 +104,12 @@ struct EngineRequest {
     // deadline measured from submit.
     GenerateOptions options;
     std::chrono::milliseconds queue_timeout{-1};  // -1 = the engine's default, 0 = none
+    // Longest prompt accepted (a server's limit); 0 = what fits the context (n_ctx - 1).
+    std::size_t max_prompt_tokens = 0;
     std::string session;  // sticks the request to the session's sequence; created on first use
     // Reuse is a read of another caller's KV: a request reuses or copies only what requests of
     // the same scope left behind, and finds sessions only within it (set it per tenant).
     std::string cache_scope;
-};
-
-// What partial removal and sequence copy can do for this model, probed at engine start.
-struct ReuseModes {
-    bool trim_tail = false;    // a cached sequence can be cut back to a shorter prefix
-    bool copy_prefix = false;  // part of a sequence can be shared in place (unified KV)
-    bool copy_whole = false;   // a whole sequence can be copied (what fork needs)
-    int sliding_window = 0;    // > 0: reuse only while the window stays whole
-    std::string describe() const;
 };
 
 struct SessionInfo {
@@ -146,7 +137,7 @@ struct ChatSubmission {
 };
 
 namespace detail {
-class Scheduler;
+class EngineCore;
 }
 
 // Thread-safe: any thread may submit, cancel and manage sessions. One internal decode thread is
@@ -154,7 +145,7 @@ class Scheduler;
 // joins the thread. A moved-from Engine may only be destroyed or assigned to.
 class Engine {
   public:
-    static Result<Engine> create(const Model& model, EngineOptions options = {});
+    [[nodiscard]] static Result<Engine> create(const Model& model, EngineOptions options = {});
 
     Engine(Engine&&) noexcept;
     Engine& operator=(Engine&&) noexcept;
@@ -162,25 +153,27 @@ class Engine {
 
     // Pre-tokenized prompt. Everything is validated here, on the caller's thread (token ids,
     // sampling, grammar, context size); over the queue bound it fails at once with queue_full.
-    Result<RequestHandle> submit(EngineRequest request);
+    [[nodiscard]] Result<RequestHandle> submit(EngineRequest request);
     // Several requests at once, all or none: they reach the scheduler together, so they are
     // admitted in the same step when slots allow (a batch job, n choices for one prompt).
-    Result<std::vector<RequestHandle>> submit_all(std::vector<EngineRequest> requests);
+    [[nodiscard]] Result<std::vector<RequestHandle>> submit_all(
+        std::vector<EngineRequest> requests);
     // Text prompt, tokenized with request.options.tokenize on the caller's thread.
-    Result<RequestHandle> submit(std::string_view prompt, EngineRequest request);
+    [[nodiscard]] Result<RequestHandle> submit(std::string_view prompt, EngineRequest request);
     // Chat messages rendered and tokenized on the caller's thread; what the reply needs (the
     // template's stop strings, a tool-call grammar) is added to the request's options
     // (ChatPrompt::constrain).
-    Result<ChatSubmission> submit_chat(const ChatTemplate& chat_template,
-                                       const std::vector<ChatMessage>& messages,
-                                       EngineRequest request, const ChatRenderOptions& render = {});
+    [[nodiscard]] Result<ChatSubmission> submit_chat(const ChatTemplate& chat_template,
+                                                     const std::vector<ChatMessage>& messages,
+                                                     EngineRequest request,
+                                                     const ChatRenderOptions& render = {});
 
     // Copies an idle session's sequence into a new session `to`, so that two continuations share
     // the prefix. Errors: not_found, already_exists, busy (from is running, or no free slot).
-    Result<void> fork_session(const std::string& from, const std::string& to,
-                              const std::string& scope = {});
+    [[nodiscard]] Result<void> fork_session(const std::string& from, const std::string& to,
+                                            const std::string& scope = {});
     // Forgets a session and frees its sequence. Errors: not_found, busy (a request runs on it).
-    Result<void> end_session(const std::string& id, const std::string& scope = {});
+    [[nodiscard]] Result<void> end_session(const std::string& id, const std::string& scope = {});
     std::vector<SessionInfo> sessions() const;
 
     // Stops accepting work, lets what runs and waits finish for up to `grace`, cancels the rest
@@ -194,8 +187,8 @@ class Engine {
     int n_ctx() const;  // tokens one sequence may hold
 
   private:
-    explicit Engine(std::unique_ptr<detail::Scheduler> scheduler);
-    std::unique_ptr<detail::Scheduler> scheduler_;
+    explicit Engine(std::unique_ptr<detail::EngineCore> core);
+    std::unique_ptr<detail::EngineCore> core_;
 };
 
 }  // namespace llamapp

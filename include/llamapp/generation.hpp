@@ -40,7 +40,7 @@ struct GenerateOptions {
     CancellationToken cancel;
     std::chrono::milliseconds timeout{0};  // whole-generation deadline (0 = none)
 
-    Result<void> validate() const;
+    [[nodiscard]] Result<void> validate() const;
 };
 
 struct TokenProbability {

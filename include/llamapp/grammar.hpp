@@ -10,9 +10,9 @@ namespace llamapp {
 
 // Converts a JSON Schema (as JSON text) to a GBNF grammar with llama.cpp's converter.
 // Errors: invalid_json_schema for malformed JSON or a schema the converter rejects.
-Result<std::string> json_schema_to_gbnf(std::string_view schema_json);
+[[nodiscard]] Result<std::string> json_schema_to_gbnf(std::string_view schema_json);
 
 // Parses a GBNF grammar (root rule "root") without a model. Errors: invalid_grammar.
-Result<void> validate_gbnf(std::string_view grammar);
+[[nodiscard]] Result<void> validate_gbnf(std::string_view grammar);
 
 }  // namespace llamapp

@@ -41,14 +41,14 @@ struct SavePolicy {
     std::uint64_t max_entry_bytes = 0;  // 0 = as large as the quotas allow
     // A stored prefix is restored only when it is at least this long and beats the live cache.
     int min_restore_tokens = 32;
-    // The finish save copies the sequence's state on the decode thread (about 10 ms per 1,000
-    // tokens of a 125M model), so right after a request ends it would delay the conversation's
+    // The finish save copies the sequence's state on the decode thread (docs/performance.md has
+    // its cost), so right after a request ends it would delay the conversation's
     // next turn, which mostly reuses the live sequence anyway. With a delay the save is taken
     // once the engine has been idle that long, or before the slot's tokens are dropped for
     // another request, or at shutdown, whichever comes first. 0 = at once.
     std::chrono::milliseconds finish_save_delay{250};
 };
-Result<void> validate(const SavePolicy& policy);
+[[nodiscard]] Result<void> validate(const SavePolicy& policy);
 
 struct KvDirectoryTier {
     std::string name;  // metric label; empty = "disk", "disk1", ...
@@ -164,7 +164,7 @@ class KvStore {
   public:
     // Creates the directories, removes orphaned temporary files, and indexes what the
     // directories hold by reading headers only (corrupt headers are removed and counted).
-    static Result<std::shared_ptr<KvStore>> open(KvStoreOptions options);
+    [[nodiscard]] static Result<std::shared_ptr<KvStore>> open(KvStoreOptions options);
     ~KvStore();  // waits for pending writes
     KvStore(const KvStore&) = delete;
     KvStore& operator=(const KvStore&) = delete;
@@ -192,9 +192,10 @@ class KvStore {
     // writer thread.
     void commit(KvSaveTicket ticket);
     // Synchronous save (tools and tests): published everywhere when it returns.
-    Result<void> put(const KvNamespace& ns, std::vector<Token> tokens,
-                     std::vector<std::uint8_t> payload, SaveReason reason = SaveReason::put,
-                     std::int32_t kept_from = 0, std::string session = {});
+    [[nodiscard]] Result<void> put(const KvNamespace& ns, std::vector<Token> tokens,
+                                   std::vector<std::uint8_t> payload,
+                                   SaveReason reason = SaveReason::put, std::int32_t kept_from = 0,
+                                   std::string session = {});
 
     // Counts a hit fetched with count_hit = false and used: hit count and last use persist.
     void record_hit(const KvHit& hit);

@@ -6,6 +6,7 @@
 #include "llamapp/cancellation.hpp"
 #include "llamapp/chat.hpp"
 #include "llamapp/context.hpp"
+#include "llamapp/embedder.hpp"
 #include "llamapp/embedding.hpp"
 #include "llamapp/engine.hpp"
 #include "llamapp/error.hpp"

@@ -65,12 +65,13 @@ std::vector<double> latency_buckets();
 // pointers stay valid for the registry's lifetime. Thread-safe.
 class MetricsRegistry {
   public:
-    Result<Counter*> counter(const std::string& name, const std::string& help,
-                             const Labels& labels = {});
-    Result<Gauge*> gauge(const std::string& name, const std::string& help,
-                         const Labels& labels = {});
-    Result<Histogram*> histogram(const std::string& name, const std::string& help,
-                                 std::vector<double> bounds, const Labels& labels = {});
+    [[nodiscard]] Result<Counter*> counter(const std::string& name, const std::string& help,
+                                           const Labels& labels = {});
+    [[nodiscard]] Result<Gauge*> gauge(const std::string& name, const std::string& help,
+                                       const Labels& labels = {});
+    [[nodiscard]] Result<Histogram*> histogram(const std::string& name, const std::string& help,
+                                               std::vector<double> bounds,
+                                               const Labels& labels = {});
 
     // Prometheus text exposition format (version 0.0.4), families sorted by name.
     std::string prometheus_text() const;
@@ -85,8 +86,9 @@ class MetricsRegistry {
         std::map<Labels, std::unique_ptr<Gauge>> gauges;
         std::map<Labels, std::unique_ptr<Histogram>> histograms;
     };
-    Result<Family*> family(const std::string& name, Kind kind, const std::string& help,
-                           const std::vector<double>& bounds, const Labels& labels);
+    [[nodiscard]] Result<Family*> family(const std::string& name, Kind kind,
+                                         const std::string& help, const std::vector<double>& bounds,
+                                         const Labels& labels);
 
     mutable std::mutex mutex_;
     std::map<std::string, Family> families_;

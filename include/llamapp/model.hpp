@@ -17,7 +17,8 @@ namespace llamapp {
 
 namespace detail {
 struct ModelState;
-}
+struct Internals;
+}  // namespace detail
 
 enum class SplitMode { none, layer, row };
 
@@ -70,19 +71,18 @@ struct ModelInfo {
 class Model {
   public:
     // Validates options and the file before llama.cpp sees them. Thread-safe.
-    static Result<Model> load(const std::filesystem::path& path, const ModelOptions& options = {});
+    [[nodiscard]] static Result<Model> load(const std::filesystem::path& path,
+                                            const ModelOptions& options = {});
 
     const ModelInfo& info() const;
     Tokenizer tokenizer() const;
 
     // Lower-case hex SHA-256 of the GGUF file, streamed on first call and cached per
     // path + size + mtime for the whole process.
-    Result<std::string> fingerprint() const;
-
-    // Internal state, shared with contexts so the model outlives them.
-    const std::shared_ptr<const detail::ModelState>& state() const { return state_; }
+    [[nodiscard]] Result<std::string> fingerprint() const;
 
   private:
+    friend struct detail::Internals;  // src/: the state is shared with contexts
     explicit Model(std::shared_ptr<const detail::ModelState> state) : state_(std::move(state)) {}
     std::shared_ptr<const detail::ModelState> state_;
 };

@@ -80,7 +80,7 @@ struct SamplingParams {
 
     // Checks ranges that do not depend on a model (token ids are checked against the vocab
     // when a sampler is built).
-    Result<void> validate() const;
+    [[nodiscard]] Result<void> validate() const;
 };
 
 }  // namespace llamapp

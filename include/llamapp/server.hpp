@@ -41,15 +41,15 @@ struct ServerState;
 class Server {
   public:
     // `engine` and `store` (may be null) must outlive the server.
-    static Result<std::unique_ptr<Server>> create(const Model& model, Engine& engine,
-                                                  std::shared_ptr<KvStore> store,
-                                                  ServerOptions options);
+    [[nodiscard]] static Result<std::unique_ptr<Server>> create(const Model& model, Engine& engine,
+                                                                std::shared_ptr<KvStore> store,
+                                                                ServerOptions options);
     ~Server();
 
     // Binds; then port() is known. Errors: io_error when the address is taken.
-    Result<void> bind();
+    [[nodiscard]] Result<void> bind();
     // Serves until drain() (or stop()) completes.
-    Result<void> listen();
+    [[nodiscard]] Result<void> listen();
     int port() const;
 
     // Stops accepting work (ready turns false, new requests get 503), lets in-flight requests

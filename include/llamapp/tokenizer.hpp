@@ -30,11 +30,13 @@ class Tokenizer {
     explicit Tokenizer(std::shared_ptr<const detail::ModelState> model)
         : model_(std::move(model)) {}
 
-    Result<std::vector<Token>> encode(std::string_view text, TokenizeOptions options = {}) const;
+    [[nodiscard]] Result<std::vector<Token>> encode(std::string_view text,
+                                                    TokenizeOptions options = {}) const;
     // Joins pieces; special tokens are rendered as text only when render_special is set.
-    Result<std::string> decode(std::span<const Token> tokens, bool render_special = false) const;
+    [[nodiscard]] Result<std::string> decode(std::span<const Token> tokens,
+                                             bool render_special = false) const;
     // Raw bytes of one token (may be a partial UTF-8 sequence).
-    Result<std::string> piece(Token token, bool render_special = true) const;
+    [[nodiscard]] Result<std::string> piece(Token token, bool render_special = true) const;
 
     int vocab_size() const;
     bool is_valid(Token token) const { return token >= 0 && token < vocab_size(); }
@@ -54,7 +56,7 @@ class Detokenizer {
                          std::vector<Token> shown = {});
 
     // Returns the text that became complete with this token (possibly empty).
-    Result<std::string> push(Token token);
+    [[nodiscard]] Result<std::string> push(Token token);
     // Returns any held-back bytes, with invalid sequences replaced by U+FFFD.
     std::string flush();
     void reset() { pending_.clear(); }

@@ -14,6 +14,7 @@
 
 #include "chat/chat_state.hpp"
 #include "common.h"
+#include "core/internals.hpp"
 #include "core/log_internal.hpp"
 #include "core/model_state.hpp"
 #include "llamapp/backend.hpp"
@@ -59,6 +60,12 @@ std::string new_tool_call_id() {
 }  // namespace detail
 
 namespace {
+
+// MissingTemplate::chatml: what a model without a template of its own chats with.
+constexpr std::string_view chatml_template =
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + "
+    "message['content'] + '<|im_end|>' + '\\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
 
 // Stand-ins for message text while the template renders. The bytes 0x1E/0x1F never appear in
 // chat markup, and no template has a reason to transform them.
@@ -179,21 +186,28 @@ Result<common_chat_params> apply_common(const detail::ChatTemplateState& s,
 
 }  // namespace
 
-Result<ChatTemplate> ChatTemplate::create(const Model& model, const std::string& override_source) {
+Result<ChatTemplate> ChatTemplate::create(const Model& model, const std::string& override_source,
+                                          MissingTemplate missing) {
     ensure_backend();
     const auto& info = model.info();
     std::string source = override_source;
     if (source.empty()) {
-        if (!info.chat_template) {
+        if (info.chat_template) {
+            source = *info.chat_template;
+        } else if (missing == MissingTemplate::chatml) {
+            detail::log(LogLevel::warning, "chat: {} has no chat template; using ChatML",
+                        info.path.filename().string());
+            source = chatml_template;
+        } else {
             return fail(ErrorCode::template_error,
                         "the model has no chat template; pass one explicitly", info.path.string());
         }
-        source = *info.chat_template;
     }
     auto state = std::make_shared<detail::ChatTemplateState>(model, nullptr, source);
     detail::LogCapture capture;
     try {
-        state->templates = common_chat_templates_init(model.state()->model.get(), source);
+        state->templates =
+            common_chat_templates_init(detail::model_state(model).model.get(), source);
     } catch (const std::exception& e) {
         return fail(ErrorCode::template_error,
                     std::string("chat template does not parse: ") + e.what());
@@ -209,6 +223,10 @@ Result<ChatTemplate> ChatTemplate::create(const Model& model, const std::string&
 
 const std::string& ChatTemplate::source() const {
     return state_->source;
+}
+
+bool ChatTemplate::is_fallback() const {
+    return state_->source == chatml_template;
 }
 
 Result<std::string> ChatTemplate::apply(const std::vector<ChatMessage>& messages,
@@ -260,13 +278,11 @@ Result<bool> spells_control_tokens(const Tokenizer& tok, const std::string& text
 
 }  // namespace
 
-Result<ChatPrompt> ChatTemplate::render(const std::vector<ChatMessage>& messages,
-                                        const ChatRenderOptions& options) const {
-    if (auto ok = validate(messages); !ok) return std::unexpected(ok.error());
-    if (auto ok = validate_tools(options); !ok) return std::unexpected(ok.error());
-    const Tokenizer tokenizer = state_->model.tokenizer();
+namespace {
 
-    // Fields the template renders verbatim into markup must not spell control tokens at all.
+// Fields the template renders verbatim into markup must not spell control tokens at all.
+Result<void> check_markup_fields(const Tokenizer& tokenizer,
+                                 const std::vector<ChatMessage>& messages) {
     for (std::size_t i = 0; i < messages.size(); ++i) {
         const auto& m = messages[i];
         std::vector<const std::string*> raw = {&m.name, &m.tool_call_id};
@@ -281,11 +297,14 @@ Result<ChatPrompt> ChatTemplate::render(const std::vector<ChatMessage>& messages
             }
         }
     }
-    // Content and reasoning that spell control tokens are replaced by markers while the template
-    // renders, and tokenized as plain text afterwards. Everything else renders as is, and the
-    // prompt is tokenized in one piece exactly as llama.cpp's server does (segment-wise
-    // tokenization would add SentencePiece space prefixes at every boundary).
-    std::vector<const std::string*> texts;
+    return {};
+}
+
+// The messages for llama.cpp's renderer, with content and reasoning that spell control tokens
+// replaced by markers; `texts` gets what each marker stands for.
+Result<std::vector<common_chat_msg>> with_markers(const Tokenizer& tokenizer,
+                                                  const std::vector<ChatMessage>& messages,
+                                                  std::vector<const std::string*>& texts) {
     std::vector<common_chat_msg> msgs;
     for (const auto& m : messages) {
         std::string fields[2] = {m.content, m.reasoning_content};
@@ -299,18 +318,13 @@ Result<ChatPrompt> ChatTemplate::render(const std::vector<ChatMessage>& messages
         }
         msgs.push_back(to_common(m, std::move(fields[0]), std::move(fields[1])));
     }
-    auto params = apply_common(*state_, msgs, options);
-    if (!params) return std::unexpected(params.error());
-    if (!options.forced_tool.empty() && options.tool_choice != ToolChoice::none) {
-        // The prompt describes every tool; the grammar and the parser know only the forced one.
-        auto forced = apply_common(*state_, std::move(msgs), options, options.forced_tool);
-        if (!forced) return std::unexpected(forced.error());
-        forced->prompt = std::move(params->prompt);
-        params = std::move(forced);
-    }
+    return msgs;
+}
 
-    ChatPrompt prompt;
-    const std::string& rendered = params->prompt;
+// Tokenizes the rendered template: markup with special tokens parsed, each marker's text as
+// plain text. Fails when the template transformed a marked text (e.g. |tojson).
+Result<void> tokenize_rendered(const Tokenizer& tokenizer, const std::string& rendered,
+                               const std::vector<const std::string*>& texts, ChatPrompt& prompt) {
     std::vector<bool> seen(texts.size(), false);
     std::size_t pos = 0;
     auto add = [&](std::string_view part, bool markup) -> Result<void> {
@@ -333,23 +347,90 @@ Result<ChatPrompt> ChatTemplate::render(const std::vector<ChatMessage>& messages
         if (!is_marker) {
             const std::size_t stop = start == std::string::npos ? rendered.size() : start + 1;
             if (auto ok = add(std::string_view(rendered).substr(pos, stop - pos), true); !ok)
-                return std::unexpected(ok.error());
+                return ok;
             pos = stop;
             continue;
         }
         if (auto ok = add(std::string_view(rendered).substr(pos, start - pos), true); !ok)
-            return std::unexpected(ok.error());
-        if (auto ok = add(*texts[index], false); !ok) return std::unexpected(ok.error());
+            return ok;
+        if (auto ok = add(*texts[index], false); !ok) return ok;
         seen[index] = true;
         pos = end + 1;
     }
     if (std::find(seen.begin(), seen.end(), false) != seen.end()) {
-        // The template transformed the text (e.g. |tojson), so it cannot be kept apart as text.
         return fail(ErrorCode::invalid_argument,
                     "message text contains special-token text that this chat template cannot keep "
                     "as plain text",
                     "messages");
     }
+    return {};
+}
+
+ToolCallGrammar tool_grammar(const common_chat_params& params, const ChatRenderOptions& options,
+                             bool one_call) {
+    ToolCallGrammar g;
+    const bool must_call =
+        options.tool_choice == ToolChoice::required ||
+        (!options.forced_tool.empty() && options.tool_choice != ToolChoice::none);
+    g.gbnf = must_call ? without_text_before_calls(params.grammar) : params.grammar;
+    if (one_call) g.gbnf = one_tool_call(g.gbnf);
+    g.lazy = params.grammar_lazy;
+    g.reply_prefix = params.generation_prompt;
+    for (const auto& t : params.grammar_triggers) {
+        using Kind = GrammarTrigger::Kind;
+        const Kind kind = t.type == COMMON_GRAMMAR_TRIGGER_TYPE_TOKEN          ? Kind::token
+                          : t.type == COMMON_GRAMMAR_TRIGGER_TYPE_PATTERN      ? Kind::pattern
+                          : t.type == COMMON_GRAMMAR_TRIGGER_TYPE_PATTERN_FULL ? Kind::pattern_full
+                                                                               : Kind::word;
+        g.triggers.push_back({kind, t.value, t.token});
+    }
+    return g;
+}
+
+Result<std::shared_ptr<const detail::ChatParseState>> parse_state_of(
+    const common_chat_params& params, bool one_call) {
+    auto state = std::make_shared<detail::ChatParseState>();
+    state->params = common_chat_parser_params(params);
+    state->params.reasoning_format = COMMON_REASONING_FORMAT_DEEPSEEK;
+    if (one_call) state->max_tool_calls = 1;
+    if (!params.parser.empty()) {
+        try {
+            state->params.parser.load(params.parser);
+        } catch (const std::exception& e) {
+            return fail(ErrorCode::template_error,
+                        std::string("chat output parser failed to load: ") + e.what());
+        }
+    }
+    return state;
+}
+
+}  // namespace
+
+Result<ChatPrompt> ChatTemplate::render(const std::vector<ChatMessage>& messages,
+                                        const ChatRenderOptions& options) const {
+    if (auto ok = validate(messages); !ok) return std::unexpected(ok.error());
+    if (auto ok = validate_tools(options); !ok) return std::unexpected(ok.error());
+    const Tokenizer tokenizer = state_->model.tokenizer();
+    if (auto ok = check_markup_fields(tokenizer, messages); !ok) return std::unexpected(ok.error());
+    // Content and reasoning that spell control tokens are replaced by markers while the template
+    // renders, and tokenized as plain text afterwards. Everything else renders as is, and the
+    // prompt is tokenized in one piece exactly as llama.cpp's server does (segment-wise
+    // tokenization would add SentencePiece space prefixes at every boundary).
+    std::vector<const std::string*> texts;
+    auto msgs = with_markers(tokenizer, messages, texts);
+    if (!msgs) return std::unexpected(msgs.error());
+    auto params = apply_common(*state_, *msgs, options);
+    if (!params) return std::unexpected(params.error());
+    if (!options.forced_tool.empty() && options.tool_choice != ToolChoice::none) {
+        // The prompt describes every tool; the grammar and the parser know only the forced one.
+        auto forced = apply_common(*state_, std::move(*msgs), options, options.forced_tool);
+        if (!forced) return std::unexpected(forced.error());
+        forced->prompt = std::move(params->prompt);
+        params = std::move(forced);
+    }
+    ChatPrompt prompt;
+    if (auto ok = tokenize_rendered(tokenizer, params->prompt, texts, prompt); !ok)
+        return std::unexpected(ok.error());
     const auto& special = state_->model.info().special;
     if (special.add_bos && special.bos != no_token &&
         (prompt.tokens.empty() || prompt.tokens.front() != special.bos)) {
@@ -359,42 +440,14 @@ Result<ChatPrompt> ChatTemplate::render(const std::vector<ChatMessage>& messages
         return fail(ErrorCode::template_error, "chat template rendered an empty prompt");
     prompt.stop = params->additional_stops;
     const bool one_call = !options.parallel_tool_calls || !options.forced_tool.empty();
-    if (!params->grammar.empty()) {
-        const bool must_call =
-            options.tool_choice == ToolChoice::required ||
-            (!options.forced_tool.empty() && options.tool_choice != ToolChoice::none);
-        prompt.tool_grammar.gbnf =
-            must_call ? without_text_before_calls(params->grammar) : params->grammar;
-        if (one_call) prompt.tool_grammar.gbnf = one_tool_call(prompt.tool_grammar.gbnf);
-        prompt.tool_grammar.lazy = params->grammar_lazy;
-        prompt.tool_grammar.reply_prefix = params->generation_prompt;
-        for (const auto& t : params->grammar_triggers) {
-            using Kind = GrammarTrigger::Kind;
-            const Kind kind = t.type == COMMON_GRAMMAR_TRIGGER_TYPE_TOKEN     ? Kind::token
-                              : t.type == COMMON_GRAMMAR_TRIGGER_TYPE_PATTERN ? Kind::pattern
-                              : t.type == COMMON_GRAMMAR_TRIGGER_TYPE_PATTERN_FULL
-                                  ? Kind::pattern_full
-                                  : Kind::word;
-            prompt.tool_grammar.triggers.push_back({kind, t.value, t.token});
-        }
-    }
+    if (!params->grammar.empty()) prompt.tool_grammar = tool_grammar(*params, options, one_call);
     for (const auto& text : params->preserved_tokens) {
         auto ids = tokenizer.encode(text, {.add_special = false, .parse_special = true});
         if (ids && ids->size() == 1) prompt.shown_control_tokens.push_back(ids->front());
     }
-    auto parse_state = std::make_shared<detail::ChatParseState>();
-    parse_state->params = common_chat_parser_params(*params);
-    parse_state->params.reasoning_format = COMMON_REASONING_FORMAT_DEEPSEEK;
-    if (one_call) parse_state->max_tool_calls = 1;
-    if (!params->parser.empty()) {
-        try {
-            parse_state->params.parser.load(params->parser);
-        } catch (const std::exception& e) {
-            return fail(ErrorCode::template_error,
-                        std::string("chat output parser failed to load: ") + e.what());
-        }
-    }
-    prompt.parse_state = std::move(parse_state);
+    auto parse_state = parse_state_of(*params, one_call);
+    if (!parse_state) return std::unexpected(parse_state.error());
+    prompt.parse_state = std::move(*parse_state);
     return prompt;
 }
 

@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "core/context_state.hpp"
+#include "core/internals.hpp"
 #include "core/log_internal.hpp"
 #include "core/model_state.hpp"
 
@@ -111,6 +112,52 @@ bool abort_callback(void* data) {
     return false;
 }
 
+// llama.cpp's parameters for `options` (validated) on a model described by `info`.
+llama_context_params llama_params(const ModelInfo& info, const ContextOptions& options) {
+    const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+
+    llama_context_params p = llama_context_default_params();
+    p.n_ctx = static_cast<uint32_t>(options.n_ctx);
+    p.n_batch = static_cast<uint32_t>(options.n_batch);
+    p.n_ubatch = static_cast<uint32_t>(options.n_ubatch);
+    p.n_seq_max = static_cast<uint32_t>(options.n_seq_max);
+    p.n_threads = options.n_threads > 0 ? options.n_threads : hw;
+    p.n_threads_batch = options.n_threads_batch > 0 ? options.n_threads_batch : p.n_threads;
+    p.flash_attn_type = options.flash_attn == FlashAttention::on    ? LLAMA_FLASH_ATTN_TYPE_ENABLED
+                        : options.flash_attn == FlashAttention::off ? LLAMA_FLASH_ATTN_TYPE_DISABLED
+                                                                    : LLAMA_FLASH_ATTN_TYPE_AUTO;
+    p.type_k = to_ggml(options.type_k);
+    p.type_v = to_ggml(options.type_v);
+    p.offload_kqv = options.offload_kqv;
+    // Packed embedding batches came out wrong for every sequence but the first with per-sequence
+    // KV streams (checked on the pinned tree); the cache is cleared per batch, so unified costs
+    // nothing.
+    p.kv_unified = options.kv_unified || options.embeddings;
+    p.embeddings = options.embeddings;
+    p.no_perf = true;
+    switch (options.pooling) {
+        case Pooling::model_default:
+            // A causal LM has no pooling of its own; mean pooling makes embed() useful anyway.
+            p.pooling_type = options.embeddings && !model_pools(info)
+                                 ? LLAMA_POOLING_TYPE_MEAN
+                                 : LLAMA_POOLING_TYPE_UNSPECIFIED;
+            break;
+        case Pooling::none:
+            p.pooling_type = LLAMA_POOLING_TYPE_NONE;
+            break;
+        case Pooling::mean:
+            p.pooling_type = LLAMA_POOLING_TYPE_MEAN;
+            break;
+        case Pooling::cls:
+            p.pooling_type = LLAMA_POOLING_TYPE_CLS;
+            break;
+        case Pooling::last:
+            p.pooling_type = LLAMA_POOLING_TYPE_LAST;
+            break;
+    }
+    return p;
+}
+
 }  // namespace
 
 Result<KvType> parse_kv_type(std::string_view name) {
@@ -188,54 +235,14 @@ Result<Context> Context::create(const Model& model, const ContextOptions& option
     if (auto ok = validate(info, options); !ok) return std::unexpected(ok.error());
 
     auto state = std::make_unique<detail::ContextState>(model, options);
-    const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-
-    llama_context_params p = llama_context_default_params();
-    p.n_ctx = static_cast<uint32_t>(options.n_ctx);
-    p.n_batch = static_cast<uint32_t>(options.n_batch);
-    p.n_ubatch = static_cast<uint32_t>(options.n_ubatch);
-    p.n_seq_max = static_cast<uint32_t>(options.n_seq_max);
-    p.n_threads = options.n_threads > 0 ? options.n_threads : hw;
-    p.n_threads_batch = options.n_threads_batch > 0 ? options.n_threads_batch : p.n_threads;
-    p.flash_attn_type = options.flash_attn == FlashAttention::on    ? LLAMA_FLASH_ATTN_TYPE_ENABLED
-                        : options.flash_attn == FlashAttention::off ? LLAMA_FLASH_ATTN_TYPE_DISABLED
-                                                                    : LLAMA_FLASH_ATTN_TYPE_AUTO;
-    p.type_k = to_ggml(options.type_k);
-    p.type_v = to_ggml(options.type_v);
-    p.offload_kqv = options.offload_kqv;
-    // Packed embedding batches came out wrong for every sequence but the first with per-sequence
-    // KV streams (checked on the pinned tree); the cache is cleared per batch, so unified costs
-    // nothing.
-    p.kv_unified = options.kv_unified || options.embeddings;
-    p.embeddings = options.embeddings;
-    p.no_perf = true;
-    switch (options.pooling) {
-        case Pooling::model_default:
-            // A causal LM has no pooling of its own; mean pooling makes embed() useful anyway.
-            p.pooling_type = options.embeddings && !model_pools(info)
-                                 ? LLAMA_POOLING_TYPE_MEAN
-                                 : LLAMA_POOLING_TYPE_UNSPECIFIED;
-            break;
-        case Pooling::none:
-            p.pooling_type = LLAMA_POOLING_TYPE_NONE;
-            break;
-        case Pooling::mean:
-            p.pooling_type = LLAMA_POOLING_TYPE_MEAN;
-            break;
-        case Pooling::cls:
-            p.pooling_type = LLAMA_POOLING_TYPE_CLS;
-            break;
-        case Pooling::last:
-            p.pooling_type = LLAMA_POOLING_TYPE_LAST;
-            break;
-    }
+    llama_context_params p = llama_params(info, options);
     p.abort_callback = abort_callback;
     p.abort_callback_data = &state->abort;
 
     detail::LogCapture capture;
     llama_context* raw = nullptr;
     try {
-        raw = llama_init_from_model(model.state()->model.get(), p);
+        raw = llama_init_from_model(detail::model_state(model).model.get(), p);
     } catch (const std::exception& e) {
         return fail(ErrorCode::invalid_argument,
                     std::string("llama.cpp refused the context: ") + e.what());
@@ -250,6 +257,7 @@ Result<Context> Context::create(const Model& model, const ContextOptions& option
                     "llama.cpp refused the context options: " + capture.last_error());
     }
     state->ctx.reset(raw);
+    state->sequences = detail::SequenceMemory(raw);
     auto pool = [](int n) {
         ggml_threadpool_params params = ggml_threadpool_params_default(n);
         return detail::Threadpool(ggml_threadpool_new(&params));

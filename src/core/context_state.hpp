@@ -6,6 +6,7 @@
 #include <memory>
 #include <vector>
 
+#include "core/sequence_memory.hpp"
 #include "ggml-cpu.h"
 #include "llama.h"
 #include "llamapp/cancellation.hpp"
@@ -60,15 +61,22 @@ struct ContextState {
     Threadpool threads;
     Threadpool threads_batch;
     std::unique_ptr<llama_context, LlamaContextDeleter> ctx;
+    SequenceMemory sequences;  // over ctx; set with it
     // Tokens whose KV sits in sequence 0, for prefix reuse between calls.
     std::vector<Token> cached;
     bool can_trim = true;  // partial sequence removal works (not recurrent/hybrid)
     bool busy = false;     // a generation (TokenStream) is in progress
     AbortGuard abort;
 
-    llama_memory_t memory() const { return llama_get_memory(ctx.get()); }
+    // Sizes of the context as llama.cpp made it (n_ctx_seq: one sequence's share).
+    int n_ctx() const { return static_cast<int>(llama_n_ctx(ctx.get())); }
+    int n_ctx_seq() const { return static_cast<int>(llama_n_ctx_seq(ctx.get())); }
+    int n_batch() const { return static_cast<int>(llama_n_batch(ctx.get())); }
+    int n_ubatch() const { return static_cast<int>(llama_n_ubatch(ctx.get())); }
+    int n_seq_max() const { return static_cast<int>(llama_n_seq_max(ctx.get())); }
+
     void forget() {
-        llama_memory_clear(memory(), true);
+        sequences.clear();
         cached.clear();
     }
 

@@ -1,8 +1,10 @@
 #include <cmath>
 
 #include "core/context_state.hpp"
+#include "core/internals.hpp"
 #include "core/log_internal.hpp"
 #include "core/model_state.hpp"
+#include "core/reply.hpp"
 #include "llamapp/context.hpp"
 
 namespace llamapp {
@@ -31,7 +33,7 @@ Result<void> require_embeddings(const detail::ContextState& s) {
 
 // Runs one batch of sequences through the model. Encoder-only models take llama_encode.
 Result<void> run_batch(detail::ContextState& s, const llama_batch& batch) {
-    const llama_model* m = s.model.state()->model.get();
+    const llama_model* m = detail::model_state(s.model).model.get();
     if (llama_model_has_encoder(m) && !llama_model_has_decoder(m)) {
         if (llama_encode(s.ctx.get(), batch) != 0)
             return fail(ErrorCode::decode_failed, "llama_encode failed");
@@ -42,7 +44,7 @@ Result<void> run_batch(detail::ContextState& s, const llama_batch& batch) {
 
 Result<std::vector<std::vector<Token>>> tokenize_all(const detail::ContextState& s,
                                                      std::span<const std::string> texts,
-                                                     const EmbedOptions& options, int limit) {
+                                                     const EmbedOptions& options) {
     std::vector<std::vector<Token>> out;
     for (std::size_t i = 0; i < texts.size(); ++i) {
         if (texts[i].empty()) {
@@ -51,19 +53,38 @@ Result<std::vector<std::vector<Token>>> tokenize_all(const detail::ContextState&
         }
         auto tokens = s.model.tokenizer().encode(texts[i], {.add_special = options.add_special});
         if (!tokens) return std::unexpected(tokens.error());
-        if (tokens->empty() || static_cast<int>(tokens->size()) > limit) {
-            return fail(ErrorCode::context_overflow, "embedding input does not fit in one batch",
-                        fmt::format("input[{}] tokens={}, limit={}", i, tokens->size(), limit));
-        }
         out.push_back(std::move(*tokens));
     }
     return out;
+}
+
+Result<void> validate_inputs(const detail::ContextState& s,
+                             std::span<const std::vector<Token>> inputs, int limit) {
+    for (std::size_t i = 0; i < inputs.size(); ++i) {
+        const auto& tokens = inputs[i];
+        if (tokens.empty() || static_cast<int>(tokens.size()) > limit) {
+            return fail(ErrorCode::context_overflow, "embedding input does not fit in one batch",
+                        fmt::format("input[{}] tokens={}, limit={}", i, tokens.size(), limit));
+        }
+        if (auto ok = detail::validate_prompt(s.model, tokens); !ok) {
+            return fail(ok.error().code, ok.error().message,
+                        fmt::format("input[{}] {}", i, ok.error().context));
+        }
+    }
+    return {};
 }
 
 }  // namespace
 
 Result<std::vector<std::vector<float>>> Context::embed_batch(std::span<const std::string> texts,
                                                              const EmbedOptions& options) {
+    auto tokenized = tokenize_all(*state_, texts, options);
+    if (!tokenized) return std::unexpected(tokenized.error());
+    return embed_batch(std::span<const std::vector<Token>>(*tokenized), options);
+}
+
+Result<std::vector<std::vector<float>>> Context::embed_batch(
+    std::span<const std::vector<Token>> inputs, const EmbedOptions& options) {
     detail::ContextState& s = *state_;
     if (auto ok = require_embeddings(s); !ok) return std::unexpected(ok.error());
     if (llama_pooling_type(s.ctx.get()) == LLAMA_POOLING_TYPE_NONE) {
@@ -71,25 +92,23 @@ Result<std::vector<std::vector<float>>> Context::embed_batch(std::span<const std
                     "pooling is none: use embed_tokens for per-token vectors", "pooling");
     }
     // Non-causal models need a whole sequence inside one ubatch.
-    const int limit =
-        static_cast<int>(std::min(llama_n_batch(s.ctx.get()), llama_n_ubatch(s.ctx.get())));
-    auto tokenized = tokenize_all(s, texts, options, limit);
-    if (!tokenized) return std::unexpected(tokenized.error());
-
-    const int n_embd = llama_model_n_embd_out(s.model.state()->model.get());
-    const int n_seq_max = static_cast<int>(llama_n_seq_max(s.ctx.get()));
-    std::vector<std::vector<float>> result(texts.size());
+    const int limit = std::min(s.n_batch(), s.n_ubatch());
+    if (auto ok = validate_inputs(s, inputs, limit); !ok) return std::unexpected(ok.error());
+    const std::span<const std::vector<Token>> tokenized = inputs;
+    const int n_embd = llama_model_n_embd_out(detail::model_state(s.model).model.get());
+    const int n_seq_max = s.n_seq_max();
+    std::vector<std::vector<float>> result(inputs.size());
     detail::LlamaBatch batch(limit);
     std::size_t next = 0;
-    while (next < tokenized->size()) {
+    while (next < tokenized.size()) {
         s.forget();
         batch.clear();
         std::size_t first = next;
         int seq = 0;
         // Pack as many texts as fit, each as its own sequence.
-        while (next < tokenized->size() && seq < n_seq_max &&
-               batch.batch.n_tokens + static_cast<int>((*tokenized)[next].size()) <= limit) {
-            const auto& tokens = (*tokenized)[next];
+        while (next < tokenized.size() && seq < n_seq_max &&
+               batch.batch.n_tokens + static_cast<int>(tokenized[next].size()) <= limit) {
+            const auto& tokens = tokenized[next];
             for (std::size_t p = 0; p < tokens.size(); ++p)
                 batch.add(tokens[p], static_cast<int>(p), seq, true);
             ++seq;
@@ -126,11 +145,11 @@ Result<std::vector<std::vector<float>>> Context::embed_tokens(std::string_view t
         return fail(ErrorCode::unsupported_operation,
                     "embed_tokens needs a context with pooling none", "pooling");
     }
-    const int limit =
-        static_cast<int>(std::min(llama_n_batch(s.ctx.get()), llama_n_ubatch(s.ctx.get())));
+    const int limit = std::min(s.n_batch(), s.n_ubatch());
     std::string one(text);
-    auto tokenized = tokenize_all(s, std::span<const std::string>(&one, 1), options, limit);
+    auto tokenized = tokenize_all(s, std::span<const std::string>(&one, 1), options);
     if (!tokenized) return std::unexpected(tokenized.error());
+    if (auto ok = validate_inputs(s, *tokenized, limit); !ok) return std::unexpected(ok.error());
     const auto& tokens = tokenized->front();
     s.forget();
     detail::LlamaBatch batch(limit);
@@ -140,7 +159,7 @@ Result<std::vector<std::vector<float>>> Context::embed_tokens(std::string_view t
         s.forget();
         return std::unexpected(ok.error());
     }
-    const int n_embd = llama_model_n_embd_out(s.model.state()->model.get());
+    const int n_embd = llama_model_n_embd_out(detail::model_state(s.model).model.get());
     std::vector<std::vector<float>> out;
     for (std::size_t p = 0; p < tokens.size(); ++p) {
         const float* v = llama_get_embeddings_ith(s.ctx.get(), static_cast<int>(p));

@@ -1,6 +1,7 @@
 #include <algorithm>
 
 #include "core/generation_run.hpp"
+#include "core/internals.hpp"
 #include "core/log_internal.hpp"
 #include "core/model_state.hpp"
 #include "llamapp/context.hpp"
@@ -83,7 +84,7 @@ Result<std::unique_ptr<GenerationRun>> GenerationRun::start(ContextState& state,
         return fail(ErrorCode::unsupported_operation, "this context was created for embeddings",
                     "embeddings");
     }
-    if (!state.memory()) {
+    if (!state.sequences.exists()) {
         return fail(ErrorCode::unsupported_operation,
                     "this model has no KV cache and cannot generate text",
                     state.model.info().architecture);
@@ -97,7 +98,7 @@ Result<std::unique_ptr<GenerationRun>> GenerationRun::start(ContextState& state,
                     fmt::format("prompt tokens={}, n_ctx={}", prompt.size(), n_ctx));
     }
     auto sampler =
-        Sampler::create(*state.model.state(), options.sampling, options.ignore_eos, n_ctx);
+        Sampler::create(model_state(state.model), options.sampling, options.ignore_eos, n_ctx);
     if (!sampler) return std::unexpected(sampler.error());
 
     std::unique_ptr<GenerationRun> run(new GenerationRun(state, options, std::move(*sampler)));
@@ -119,23 +120,11 @@ Result<std::unique_ptr<GenerationRun>> GenerationRun::start(ContextState& state,
 
 Result<void> GenerationRun::prefill(const std::vector<Token>& prompt) {
     ContextState& s = state_;
-    // Longest common prefix with what sequence 0 already holds; keep at least one prompt token
-    // to decode so that fresh logits exist.
-    std::size_t common = 0;
-    if (reply_.options().reuse_prefix) {
-        const std::size_t limit = std::min(s.cached.size(), prompt.size() - 1);
-        while (common < limit && s.cached[common] == prompt[common]) ++common;
-    }
-    if (!s.can_trim && common != s.cached.size()) common = 0;  // recurrent state cannot rewind
-    if (common > 0 && common < s.cached.size()) {
-        if (!llama_memory_seq_rm(s.memory(), 0, static_cast<llama_pos>(common), -1)) common = 0;
-    }
-    const int n_swa = s.model.info().sliding_window;
-    if (common > 0 && n_swa > 0) {
-        // The sliding-window cache may already have dropped cells the next tokens attend to.
-        const llama_pos pos_min = llama_memory_seq_pos_min(s.memory(), 0);
-        if (pos_min > std::max<llama_pos>(0, static_cast<llama_pos>(common) - n_swa)) common = 0;
-    }
+    std::size_t common =
+        reply_.options().reuse_prefix ? reusable_prefix(s.cached, prompt, s.can_trim) : 0;
+    if (common > 0 && common < s.cached.size() && !s.sequences.trim(0, common)) common = 0;
+    // The sliding-window cache may already have dropped cells the next tokens attend to.
+    if (!s.sequences.window_intact(0, common, s.model.info().sliding_window)) common = 0;
     if (common == 0) s.forget();
     s.cached.resize(common);
     reply_.set_prompt(prompt, static_cast<int>(common));
@@ -194,10 +183,7 @@ bool GenerationRun::next(StreamPiece& piece) {
         single_.add(*to_decode_, pos, 0, true);
         auto ok = s.decode(single_.batch, &reply_.options().cancel, deadline_);
         if (!ok) {
-            if (s.can_trim)
-                llama_memory_seq_rm(s.memory(), 0, pos, -1);
-            else
-                s.forget();
+            if (!s.can_trim || !s.sequences.trim(0, s.cached.size())) s.forget();
             const ErrorCode code = ok.error().code;
             finish(code == ErrorCode::cancelled || code == ErrorCode::timeout
                        ? FinishReason::cancelled

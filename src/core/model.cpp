@@ -143,6 +143,35 @@ ModelInfo introspect(const llama_model* model, const llama_vocab* vocab,
     return info;
 }
 
+// Why llama.cpp returned no model, from what it logged while trying.
+Error load_failure(const std::filesystem::path& path, const detail::GgufSummary& summary,
+                   const ModelOptions& options, const detail::LogCapture& capture, bool cancelled) {
+    if (cancelled) {
+        return Error{ErrorCode::load_cancelled, "model load cancelled by the progress callback",
+                     path.string()};
+    }
+    const std::string why = capture.errors();
+    if (why.find("unknown model architecture") != std::string::npos) {
+        return Error{ErrorCode::unsupported_model,
+                     "unsupported model architecture '" + summary.architecture + "'",
+                     path.string()};
+    }
+    if (why.find("alloc") != std::string::npos || why.find("out of memory") != std::string::npos) {
+        return Error{ErrorCode::out_of_memory, "not enough memory to load the model",
+                     path.string()};
+    }
+    if (summary.n_tensors == 0 && !options.vocab_only) {
+        return Error{ErrorCode::invalid_model_file,
+                     "the file has no weights (a vocabulary-only GGUF); load it with vocab_only",
+                     path.string()};
+    }
+    const std::string first = capture.first_error();
+    return Error{ErrorCode::invalid_model_file,
+                 first.empty() ? "llama.cpp could not load the model"
+                               : "llama.cpp could not load the model: " + first,
+                 path.string()};
+}
+
 }  // namespace
 
 Result<Model> Model::load(const std::filesystem::path& path, const ModelOptions& options) {
@@ -185,33 +214,8 @@ Result<Model> Model::load(const std::filesystem::path& path, const ModelOptions&
         return fail(ErrorCode::invalid_model_file,
                     std::string("llama.cpp failed to load the model: ") + e.what(), path.string());
     }
-    if (!raw) {
-        if (progress.cancelled) {
-            return fail(ErrorCode::load_cancelled, "model load cancelled by the progress callback",
-                        path.string());
-        }
-        const std::string why = capture.errors();
-        if (why.find("unknown model architecture") != std::string::npos) {
-            return fail(ErrorCode::unsupported_model,
-                        "unsupported model architecture '" + summary->architecture + "'",
-                        path.string());
-        }
-        if (why.find("alloc") != std::string::npos ||
-            why.find("out of memory") != std::string::npos) {
-            return fail(ErrorCode::out_of_memory, "not enough memory to load the model",
-                        path.string());
-        }
-        if (summary->n_tensors == 0 && !options.vocab_only) {
-            return fail(ErrorCode::invalid_model_file,
-                        "the file has no weights (a vocabulary-only GGUF); load it with vocab_only",
-                        path.string());
-        }
-        const std::string first = capture.first_error();
-        return fail(ErrorCode::invalid_model_file,
-                    first.empty() ? "llama.cpp could not load the model"
-                                  : "llama.cpp could not load the model: " + first,
-                    path.string());
-    }
+    if (!raw)
+        return std::unexpected(load_failure(path, *summary, options, capture, progress.cancelled));
     auto state = std::make_shared<detail::ModelState>();
     state->model.reset(raw);
     state->vocab = llama_model_get_vocab(raw);

@@ -157,11 +157,8 @@ Sampler::Sampler(Sampler&&) noexcept = default;
 Sampler& Sampler::operator=(Sampler&&) noexcept = default;
 Sampler::~Sampler() = default;
 
-Result<Sampler> Sampler::create(const ModelState& model, const SamplingParams& p, bool ignore_eos,
-                                int n_ctx) {
-    if (auto ok = p.validate(); !ok) return std::unexpected(ok.error());
-    const int n_vocab = llama_vocab_n_tokens(model.vocab);
-
+// llama.cpp's sampling parameters for `p` (the grammar and biases are added by the caller).
+common_params_sampling to_common_sampling(const SamplingParams& p, bool ignore_eos, int n_ctx) {
     common_params_sampling cp;
     cp.seed = p.seed;
     cp.temp = p.temperature;
@@ -186,6 +183,31 @@ Result<Sampler> Sampler::create(const ModelState& model, const SamplingParams& p
     cp.mirostat_eta = p.mirostat_eta;
     cp.ignore_eos = ignore_eos;
     cp.no_perf = true;
+    return cp;
+}
+
+// A grammar that parses and names only tokens of the vocabulary, as llama.cpp's sampler takes it.
+Result<common_grammar> checked_grammar(const std::string& gbnf, int n_vocab, bool tool_grammar) {
+    if (auto ok = validate_gbnf(gbnf); !ok) return std::unexpected(ok.error());
+    for (long long id : gbnf_token_references(gbnf)) {
+        if (id >= n_vocab) {
+            return fail(ErrorCode::invalid_grammar,
+                        "grammar refers to a token id outside the vocabulary",
+                        "token=" + std::to_string(id) + ", vocab=" + std::to_string(n_vocab));
+        }
+    }
+    // Tool-call grammars start with the reply prefix the template wrote; common feeds it
+    // to the grammar only for this type.
+    return common_grammar(tool_grammar ? COMMON_GRAMMAR_TYPE_TOOL_CALLS : COMMON_GRAMMAR_TYPE_USER,
+                          gbnf);
+}
+
+Result<Sampler> Sampler::create(const ModelState& model, const SamplingParams& p, bool ignore_eos,
+                                int n_ctx) {
+    if (auto ok = p.validate(); !ok) return std::unexpected(ok.error());
+    const int n_vocab = llama_vocab_n_tokens(model.vocab);
+
+    common_params_sampling cp = to_common_sampling(p, ignore_eos, n_ctx);
     for (const auto& b : p.logit_bias) {
         if (b.token < 0 || b.token >= n_vocab) {
             return fail(ErrorCode::invalid_argument, "logit_bias token id out of range",
@@ -217,18 +239,9 @@ Result<Sampler> Sampler::create(const ModelState& model, const SamplingParams& p
     }
 
     if (!gbnf.empty()) {
-        if (auto ok = validate_gbnf(gbnf); !ok) return std::unexpected(ok.error());
-        for (long long id : gbnf_token_references(gbnf)) {
-            if (id >= n_vocab) {
-                return fail(ErrorCode::invalid_grammar,
-                            "grammar refers to a token id outside the vocabulary",
-                            "token=" + std::to_string(id) + ", vocab=" + std::to_string(n_vocab));
-            }
-        }
-        // Tool-call grammars start with the reply prefix the template wrote; common feeds it
-        // to the grammar only for this type.
-        cp.grammar = common_grammar(
-            tool_grammar ? COMMON_GRAMMAR_TYPE_TOOL_CALLS : COMMON_GRAMMAR_TYPE_USER, gbnf);
+        auto grammar = checked_grammar(gbnf, n_vocab, tool_grammar);
+        if (!grammar) return std::unexpected(grammar.error());
+        cp.grammar = std::move(*grammar);
     }
 
     LogCapture capture;

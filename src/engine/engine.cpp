@@ -1,13 +1,14 @@
-// Engine facade: validation and tokenization on the caller's thread, then the scheduler.
+// Engine facade: validation and tokenization on the caller's thread, then the engine core.
 #include "llamapp/engine.hpp"
 
 #include <fmt/core.h>
 
 #include <algorithm>
 
+#include "core/internals.hpp"
 #include "core/model_state.hpp"
+#include "engine/engine_core.hpp"
 #include "engine/persistence.hpp"
-#include "engine/scheduler.hpp"
 
 namespace llamapp {
 
@@ -64,7 +65,7 @@ Result<void> validate(const EngineOptions& o) {
 
 }  // namespace
 
-Engine::Engine(std::unique_ptr<detail::Scheduler> scheduler) : scheduler_(std::move(scheduler)) {}
+Engine::Engine(std::unique_ptr<detail::EngineCore> core) : core_(std::move(core)) {}
 Engine::Engine(Engine&&) noexcept = default;
 Engine& Engine::operator=(Engine&&) noexcept = default;
 Engine::~Engine() = default;
@@ -74,7 +75,7 @@ Result<Engine> Engine::create(const Model& model, EngineOptions options) {
     options.context.kv_unified = options.unified_kv;
     auto context = Context::create(model, options.context);
     if (!context) return std::unexpected(context.error());
-    if (!context->state().memory()) {
+    if (!detail::context_state(*context).sequences.exists()) {
         return fail(ErrorCode::unsupported_operation,
                     "this model has no KV cache and cannot generate text",
                     model.info().architecture);
@@ -82,21 +83,22 @@ Result<Engine> Engine::create(const Model& model, EngineOptions options) {
     if (!options.metrics) options.metrics = std::make_shared<MetricsRegistry>();
     auto metrics = detail::EngineMetrics::create(options.metrics, options.metric_labels);
     if (!metrics) return std::unexpected(metrics.error());
-    ReuseModes modes = detail::probe_reuse_modes(context->state(), options.unified_kv);
-    const int n_ctx_seq = static_cast<int>(llama_n_ctx_seq(context->state().ctx.get()));
+    ReuseModes modes = detail::context_state(*context).sequences.probe(
+        model.tokenizer().vocab_size(), model.info().sliding_window, options.unified_kv);
+    const int n_ctx_seq = detail::context_state(*context).n_ctx_seq();
     auto persistence = detail::make_persistence(model, options, modes, n_ctx_seq);
     if (!persistence) return std::unexpected(persistence.error());
-    auto scheduler = std::make_unique<detail::Scheduler>(std::move(*context), std::move(options),
-                                                         std::move(*metrics), std::move(modes),
-                                                         std::move(*persistence));
-    scheduler->start();
-    return Engine(std::move(scheduler));
+    auto core = std::make_unique<detail::EngineCore>(std::move(*context), std::move(options),
+                                                     std::move(*metrics), std::move(modes),
+                                                     std::move(*persistence));
+    core->start();
+    return Engine(std::move(core));
 }
 
 namespace {
 
-// Validates one request on the caller's thread and builds what the scheduler needs.
-Result<std::unique_ptr<detail::Pending>> prepare(detail::Scheduler& s, EngineRequest request) {
+// Validates one request on the caller's thread and builds what the engine core needs.
+Result<std::unique_ptr<detail::Pending>> prepare(detail::EngineCore& s, EngineRequest request) {
     const auto submitted = detail::Reply::Clock::now();
     const GenerateOptions& o = request.options;
     if (auto ok = o.validate(); !ok) return std::unexpected(ok.error());
@@ -107,11 +109,16 @@ Result<std::unique_ptr<detail::Pending>> prepare(detail::Scheduler& s, EngineReq
             ErrorCode::context_overflow, "prompt does not fit in the context window",
             fmt::format("prompt tokens={}, n_ctx={}", request.prompt.size(), s.n_ctx_seq()));
     }
+    if (request.max_prompt_tokens > 0 && request.prompt.size() > request.max_prompt_tokens) {
+        return fail(ErrorCode::context_overflow,
+                    fmt::format("the prompt has {} tokens; at most {} are accepted",
+                                request.prompt.size(), request.max_prompt_tokens));
+    }
     if (request.queue_timeout.count() < -1) {
         return fail(ErrorCode::invalid_argument, "queue_timeout must be >= -1", "queue_timeout");
     }
-    auto sampler =
-        detail::Sampler::create(*s.model().state(), o.sampling, o.ignore_eos, s.n_ctx_seq());
+    auto sampler = detail::Sampler::create(detail::model_state(s.model()), o.sampling, o.ignore_eos,
+                                           s.n_ctx_seq());
     if (!sampler) return std::unexpected(sampler.error());
 
     auto pending = std::make_unique<detail::Pending>();
@@ -132,7 +139,7 @@ Result<std::unique_ptr<detail::Pending>> prepare(detail::Scheduler& s, EngineReq
 }
 
 // Counts and reports a request that never reached the queue.
-Error rejected(detail::Scheduler& s, Error error, std::string_view session) {
+Error rejected(detail::EngineCore& s, Error error, std::string_view session) {
     s.metrics().count_rejected();
     LifecycleEvent e;
     e.stage = LifecycleStage::rejected;
@@ -153,7 +160,7 @@ Result<RequestHandle> Engine::submit(EngineRequest request) {
 }
 
 Result<std::vector<RequestHandle>> Engine::submit_all(std::vector<EngineRequest> requests) {
-    detail::Scheduler& s = *scheduler_;
+    detail::EngineCore& s = *core_;
     if (requests.empty()) return std::vector<RequestHandle>{};
     std::vector<std::unique_ptr<detail::Pending>> pending;
     std::vector<std::string> sessions;
@@ -178,7 +185,7 @@ Result<std::vector<RequestHandle>> Engine::submit_all(std::vector<EngineRequest>
 }
 
 Result<RequestHandle> Engine::submit(std::string_view prompt, EngineRequest request) {
-    detail::Scheduler& s = *scheduler_;
+    detail::EngineCore& s = *core_;
     if (prompt.empty())
         return std::unexpected(rejected(
             s, Error{ErrorCode::invalid_argument, "prompt is empty", "prompt"}, request.session));
@@ -191,7 +198,7 @@ Result<RequestHandle> Engine::submit(std::string_view prompt, EngineRequest requ
 Result<ChatSubmission> Engine::submit_chat(const ChatTemplate& chat_template,
                                            const std::vector<ChatMessage>& messages,
                                            EngineRequest request, const ChatRenderOptions& render) {
-    detail::Scheduler& s = *scheduler_;
+    detail::EngineCore& s = *core_;
     auto prompt = chat_template.render(messages, render);
     if (!prompt) return std::unexpected(rejected(s, prompt.error(), request.session));
     request.prompt = prompt->tokens;
@@ -206,37 +213,37 @@ Result<void> Engine::fork_session(const std::string& from, const std::string& to
                                   const std::string& scope) {
     if (from.empty() || to.empty())
         return fail(ErrorCode::invalid_argument, "session ids must not be empty", "session");
-    return scheduler_->on_decode_thread<void>([&] { return scheduler_->fork(from, to, scope); });
+    return core_->on_decode_thread<void>([&] { return core_->fork(from, to, scope); });
 }
 
 Result<void> Engine::end_session(const std::string& id, const std::string& scope) {
-    return scheduler_->on_decode_thread<void>([&] { return scheduler_->end(id, scope); });
+    return core_->on_decode_thread<void>([&] { return core_->end(id, scope); });
 }
 
 std::vector<SessionInfo> Engine::sessions() const {
-    auto list = scheduler_->on_decode_thread<std::vector<SessionInfo>>(
-        [&]() -> Result<std::vector<SessionInfo>> { return scheduler_->list_sessions(); });
+    auto list = core_->on_decode_thread<std::vector<SessionInfo>>(
+        [&]() -> Result<std::vector<SessionInfo>> { return core_->list_sessions(); });
     return list ? std::move(*list) : std::vector<SessionInfo>{};
 }
 
 void Engine::shutdown(std::chrono::milliseconds grace) {
-    scheduler_->shutdown(grace);
+    core_->shutdown(grace);
 }
 
 const Model& Engine::model() const {
-    return scheduler_->model();
+    return core_->model();
 }
 const ReuseModes& Engine::reuse_modes() const {
-    return scheduler_->modes();
+    return core_->modes();
 }
 EngineStats Engine::stats() const {
-    return scheduler_->stats();
+    return core_->stats();
 }
 MetricsRegistry& Engine::metrics() const {
-    return *scheduler_->metrics().registry;
+    return *core_->metrics().registry;
 }
 int Engine::n_ctx() const {
-    return scheduler_->n_ctx_seq();
+    return core_->n_ctx_seq();
 }
 
 }  // namespace llamapp

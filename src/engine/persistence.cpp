@@ -5,8 +5,8 @@
 #include <utility>
 
 #include "core/log_internal.hpp"
+#include "engine/engine_core.hpp"
 #include "engine/persistence.hpp"
-#include "engine/scheduler.hpp"
 
 namespace llamapp::detail {
 
@@ -36,7 +36,7 @@ Result<Persistence> make_persistence(const Model& model, const EngineOptions& op
     return p;
 }
 
-void Scheduler::prefetch(Pending& pending, bool refresh) const {
+void EngineCore::prefetch(Pending& pending, bool refresh) const {
     const EngineRequest& req = pending.request;
     if (!persistence_.store || !options_.prefix_reuse || !req.options.reuse_prefix) return;
     KvLookup lookup = persistence_.lookup;
@@ -51,19 +51,11 @@ void Scheduler::prefetch(Pending& pending, bool refresh) const {
         pending.stored = std::move(hit);
 }
 
-bool Scheduler::restore(Slot& slot, const KvHit& hit) {
+bool EngineCore::restore(Slot& slot, const KvHit& hit) {
     clear_sequence(slot);  // empty, so that freeing idle sequences below never picks it
-    llama_context* ctx = state_.ctx.get();
-    llama_memory_t mem = state_.memory();
-    const auto matched = static_cast<llama_pos>(hit.matched_tokens);
+    const std::size_t matched = hit.matched_tokens;
     auto attempt = [&] {
-        llama_memory_seq_rm(mem, slot.seq, -1, -1);
-        if (llama_state_seq_set_data(ctx, hit.payload->data(), hit.payload->size(), slot.seq) == 0)
-            return false;
-        if (static_cast<std::size_t>(matched) < hit.entry.tokens.size() &&
-            !llama_memory_seq_rm(mem, slot.seq, matched, -1))
-            return false;
-        return llama_memory_seq_pos_max(mem, slot.seq) == matched - 1;
+        return state_.sequences.restore(slot.seq, *hit.payload, hit.entry.tokens.size(), matched);
     };
     // The restore needs free cells; idle sequences give theirs up once before it counts as
     // failed.
@@ -85,7 +77,7 @@ bool Scheduler::restore(Slot& slot, const KvHit& hit) {
 // extended or re-rendered prompt still lands on the entry. 0 = no prefill save. Where any prefix
 // of an entry restores (attention without a sliding window), the whole prompt is saved instead,
 // once its first token is out: the copy then never delays the first token.
-std::size_t Scheduler::prefill_boundary(std::size_t prompt, std::size_t reused) const {
+std::size_t EngineCore::prefill_boundary(std::size_t prompt, std::size_t reused) const {
     const SavePolicy& p = persistence_.policy;
     if (!persistence_.store || !p.on_prefill ||
         prompt - reused < static_cast<std::size_t>(p.prefill_min_tokens))
@@ -99,7 +91,7 @@ std::size_t Scheduler::prefill_boundary(std::size_t prompt, std::size_t reused) 
     return at > reused && at >= static_cast<std::size_t>(p.min_tokens) ? at : 0;
 }
 
-void Scheduler::save_prefill_boundaries() {
+void EngineCore::save_prefill_boundaries() {
     for (auto& s : slots_) {
         if (!s.running || s.running->save_at == 0 || s.cached.size() != s.running->save_at)
             continue;
@@ -108,7 +100,7 @@ void Scheduler::save_prefill_boundaries() {
     }
 }
 
-void Scheduler::save_before_losing(Slot& slot, std::size_t kept) {
+void EngineCore::save_before_losing(Slot& slot, std::size_t kept) {
     const bool pending = std::exchange(slot.save_pending, false);
     // Only the tail past `kept` is lost; the rest stays live and is saved with the next
     // request's state. A tail shorter than min_tokens costs less to recompute than a copy of
@@ -123,34 +115,27 @@ void Scheduler::save_before_losing(Slot& slot, std::size_t kept) {
     }
 }
 
-void Scheduler::take_deferred_saves() {
+void EngineCore::take_deferred_saves() {
     for (auto& s : slots_) {
         if (std::exchange(s.save_pending, false)) save(s, SaveReason::finish);
     }
 }
 
-void Scheduler::save(Slot& slot, SaveReason reason) {
+void EngineCore::save(Slot& slot, SaveReason reason) {
     const Persistence& p = persistence_;
     if (!p.store || slot.cached.size() < static_cast<std::size_t>(p.policy.min_tokens)) return;
     const KvNamespace ns = p.ns_for(slot.scope);
     if (p.store->covers(ns, slot.cached, p.lookup.match)) return;
-    llama_context* ctx = state_.ctx.get();
-    const std::size_t bytes = llama_state_seq_get_size(ctx, slot.seq);
-    // The first position the state surely holds: a sliding-window cache may have dropped
-    // anything older than one window, whatever the sequence's minimum position says.
-    llama_pos kept_from =
-        std::max<llama_pos>(0, llama_memory_seq_pos_min(state_.memory(), slot.seq));
-    if (modes_.sliding_window > 0)
-        kept_from = std::max<llama_pos>(
-            kept_from, static_cast<llama_pos>(slot.cached.size()) - modes_.sliding_window);
+    const SequenceMemory& memory = state_.sequences;
+    const std::size_t bytes = memory.snapshot_size(slot.seq);
+    const auto kept_from = static_cast<std::int32_t>(
+        memory.kept_from(slot.seq, slot.cached.size(), modes_.sliding_window));
     auto ticket = p.store->reserve(ns, slot.cached, bytes, reason, kept_from, slot.session,
                                    p.lookup.match, p.policy.max_entry_bytes);
     if (!ticket) return;
-    const std::size_t copied =
-        llama_state_seq_get_data(ctx, ticket->bytes().data(), bytes, slot.seq);
-    if (copied != bytes) {
-        log(LogLevel::warning, "engine: state copy of sequence {} gave {} of {} bytes", slot.seq,
-            copied, bytes);
+    if (!memory.snapshot(slot.seq, ticket->bytes())) {
+        log(LogLevel::warning, "engine: the state copy of sequence {} came out short ({} bytes)",
+            slot.seq, bytes);
         return;  // the ticket's reservation is released
     }
     p.store->commit(std::move(*ticket));

@@ -1,7 +1,7 @@
 // Internal: builds the engine's view of the KV store (namespace, lookup rules, save policy).
 #pragma once
 
-#include "engine/scheduler.hpp"
+#include "engine/engine_core.hpp"
 
 namespace llamapp::detail {
 

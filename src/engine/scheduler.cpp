@@ -1,340 +1,340 @@
 #include "engine/scheduler.hpp"
 
+#include <fmt/core.h>
+
 #include <algorithm>
 
-#include "core/log_internal.hpp"
-#include "llamapp/backend.hpp"
+#include "core/reuse_rules.hpp"
+#include "engine/ngram_draft.hpp"
 
 namespace llamapp::detail {
 
-namespace {
-
-// The rules for llama.cpp's CPU flash attention kernel (EngineOptions::min_prefill_rows,
-// separate_prompt_rows); GPUs and plain attention behave differently.
-bool cpu_flash_attention(const EngineOptions& options) {
-    return options.context.flash_attn != FlashAttention::off && offload_device_count() == 0;
-}
-
-}  // namespace
-
-Scheduler::Scheduler(Context context, EngineOptions options, EngineMetrics metrics,
-                     ReuseModes modes, Persistence persistence)
-    : context_(std::move(context)),
-      state_(context_.state()),
-      options_(std::move(options)),
-      metrics_(std::move(metrics)),
-      modes_(std::move(modes)),
-      persistence_(std::move(persistence)),
-      n_ctx_seq_(static_cast<int>(llama_n_ctx_seq(state_.ctx.get()))),
-      n_batch_(static_cast<int>(llama_n_batch(state_.ctx.get()))),
-      // The slow path is the CPU backend's flash attention; GPUs and plain attention differ.
-      prefill_rows_(cpu_flash_attention(options_)
-                        ? static_cast<std::size_t>(std::max(0, options_.min_prefill_rows))
-                        : 0),
-      separate_prompt_rows_(cpu_flash_attention(options_) && options_.separate_prompt_rows),
-      draft_rows_(
-          std::min(options_.draft_batch_rows, static_cast<int>(llama_n_ubatch(state_.ctx.get())))),
-      inbox_(std::make_shared<Inbox>()),
-      batch_(n_batch_) {
+Scheduler::Scheduler(SchedulerOptions options) : options_(std::move(options)) {
     if (!options_.strategy) options_.strategy = decode_maximal();
-    const int n_slots = static_cast<int>(llama_n_seq_max(state_.ctx.get()));
-    slots_.resize(static_cast<std::size_t>(n_slots));
-    for (int i = 0; i < n_slots; ++i) slots_[static_cast<std::size_t>(i)].seq = i;
-    metrics_.kv_capacity->set(static_cast<double>(llama_n_ctx(state_.ctx.get())));
 }
 
-Scheduler::~Scheduler() {
-    shutdown(std::chrono::milliseconds{0});
+// ---- admission ------------------------------------------------------------------------------
+
+// How much of `from`'s cache a prompt can reuse (core/reuse_rules.hpp), within its scope only.
+std::size_t Scheduler::usable_prefix(const SlotView& from, const RequestView& request) const {
+    if (from.scope != request.scope) return 0;
+    return reusable_prefix(from.cached, request.prompt, options_.modes.trim_tail);
 }
 
-void Scheduler::start() {
-    thread_ = std::thread([this] { loop(); });
+// A request whose prompt shares a long prefix with a prompt another slot is computing right now
+// waits until that part is in the cache and then copies it, instead of computing it again: a
+// burst of requests with one system prompt computes it once.
+bool Scheduler::worth_waiting_for_donor(std::span<const SlotView> slots,
+                                        const RequestView& request) const {
+    const ReuseModes& modes = options_.modes;
+    if (!options_.prefix_reuse || !request.reuse) return false;
+    if (!modes.copy_prefix && !(modes.copy_whole && modes.trim_tail)) return false;
+    std::size_t now = request.stored_tokens;
+    std::size_t soon = 0;
+    for (const SlotView& s : slots) {
+        now = std::max(now, usable_prefix(s, request));
+        if (!s.running || s.prompt_cached >= s.prompt.size() || s.scope != request.scope) continue;
+        const std::size_t n = std::min(
+            {common_prefix(s.prompt, request.prompt), request.prompt.size() - 1, s.prompt.size()});
+        soon = std::max(soon, n);
+    }
+    // Once the shared part is long enough to matter, wait for all of it: one more step costs
+    // less than computing the rest a second time.
+    const auto enough =
+        static_cast<std::size_t>(std::max(options_.min_adopt_tokens, min_wait_for_donor_tokens));
+    return soon > now && soon >= enough;
 }
 
-void Scheduler::notify(const LifecycleEvent& event) const {
-    if (!options_.on_lifecycle) return;
-    try {
-        options_.on_lifecycle(event);
-    } catch (...) {
-        log(LogLevel::warning, "engine: a lifecycle callback threw; ignored");
+// A session's own slot; else the idle slot whose cache serves the prompt best, when it covers at
+// least min_prefix_similarity of it; else the least recently used idle one. Without an idle
+// unpinned slot the least recently used idle session gives its slot up (`reclaims`).
+std::optional<int> Scheduler::choose_slot(std::span<const SlotView> slots,
+                                          const RequestView& request, bool& reclaims) const {
+    reclaims = false;
+    if (!request.session.empty()) {
+        for (const SlotView& s : slots) {
+            if (s.session != request.session || s.scope != request.scope) continue;
+            if (s.running) return std::nullopt;  // waits for its own turn to finish
+            return s.seq;
+        }
+    }
+    auto free = [](const SlotView& s) { return !s.running && s.session.empty(); };
+    std::optional<int> reclaimed;
+    if (!std::any_of(slots.begin(), slots.end(), free)) {
+        reclaimed = least_recently_used(
+            slots, [](const SlotView& s) { return !s.running && !s.session.empty(); });
+        if (!reclaimed) return std::nullopt;
+        reclaims = true;
+    }
+    auto candidate = [&](const SlotView& s) { return reclaimed ? s.seq == *reclaimed : free(s); };
+    if (options_.prefix_reuse && request.reuse) {
+        std::optional<int> best_slot;
+        std::size_t best = 0;
+        for (const SlotView& s : slots) {
+            if (!candidate(s)) continue;
+            const std::size_t n = usable_prefix(s, request);
+            if (n > best) {
+                best = n;
+                best_slot = s.seq;
+            }
+        }
+        if (best > 0 && static_cast<double>(best) >= options_.min_prefix_similarity *
+                                                         static_cast<double>(request.prompt.size()))
+            return best_slot;
+    }
+    return least_recently_used(slots, candidate);
+}
+
+// What the chosen slot starts from: its own prefix, a longer one copied from another slot, or a
+// stored entry that beats both, each by at least min_adopt_tokens.
+void Scheduler::choose_reuse(std::span<const SlotView> slots, const RequestView& request,
+                             Admission& admission) const {
+    const ReuseModes& modes = options_.modes;
+    const bool reuse = options_.prefix_reuse && request.reuse;
+    if (!reuse) return;
+    const SlotView& slot = slots[static_cast<std::size_t>(admission.slot)];
+    const std::size_t own = usable_prefix(slot, request);
+    const auto margin = static_cast<std::size_t>(std::max(1, options_.min_adopt_tokens));
+    std::optional<int> donor;
+    std::size_t donated = 0;
+    if (modes.copy_prefix || modes.copy_whole) {
+        for (const SlotView& other : slots) {
+            if (other.seq == slot.seq || other.cached.empty()) continue;
+            std::size_t n = usable_prefix(other, request);
+            // Without partial copies a whole sequence is copied, then trimmed where possible.
+            if (!modes.copy_prefix && !modes.trim_tail && n != other.cached.size()) n = 0;
+            if (n > donated) {
+                donated = n;
+                donor = other.seq;
+            }
+        }
+        if (donated < own + margin) donor.reset();
+    }
+    // A stored prefix is restored only when it beats what live sequences offer.
+    const std::size_t live = std::max(own, donor ? donated : 0);
+    if (request.stored_tokens > 0 && request.stored_tokens >= live + margin) {
+        admission.source = ReuseSource::stored;
+        admission.reuse_tokens = request.stored_tokens;
+    } else if (donor) {
+        admission.source = ReuseSource::other_slot;
+        admission.donor = *donor;
+        admission.reuse_tokens = donated;
+    } else if (own > 0) {
+        admission.source = ReuseSource::same_slot;
+        admission.reuse_tokens = own;
     }
 }
 
-Result<void> Scheduler::enqueue(std::vector<std::unique_ptr<Pending>> pending) {
-    std::size_t tokens = 0;
-    for (const auto& p : pending) tokens += p->request.prompt.size();
-    {
-        std::lock_guard lock(inbox_->mutex);
-        if (!inbox_->accepting) {
-            return fail(ErrorCode::shutting_down, "the engine is shutting down");
-        }
-        if (inbox_->queued_requests + pending.size() > options_.max_queued_requests) {
-            return fail(ErrorCode::queue_full, "too many requests are waiting",
-                        fmt::format("max_queued_requests={}", options_.max_queued_requests));
-        }
-        // A request alone may exceed the token bound, or a long prompt could never run.
-        if (inbox_->queued_tokens > 0 &&
-            inbox_->queued_tokens + tokens > options_.max_queued_tokens) {
-            return fail(ErrorCode::queue_full, "too many prompt tokens are waiting",
-                        fmt::format("max_queued_tokens={}", options_.max_queued_tokens));
-        }
-        inbox_->queued_requests += pending.size();
-        inbox_->queued_tokens += tokens;
-        for (auto& p : pending) inbox_->submitted.push_back(std::move(p));
-        inbox_->dirty = true;
-        // Under the inbox lock, so the decode thread cannot finish this work before it is marked.
-        std::lock_guard idle_lock(idle_mutex_);
-        is_idle_ = false;
+std::optional<Admission> Scheduler::admit(std::span<const SlotView> slots,
+                                          const RequestView& request) const {
+    if (std::none_of(slots.begin(), slots.end(), [](const SlotView& s) { return !s.running; }))
+        return std::nullopt;
+    if (worth_waiting_for_donor(slots, request)) return std::nullopt;
+    Admission admission;
+    const auto slot = choose_slot(slots, request, admission.reclaims_session);
+    if (!slot) return std::nullopt;
+    admission.slot = *slot;
+    choose_reuse(slots, request, admission);
+    return admission;
+}
+
+std::optional<int> Scheduler::eviction_victim(std::span<const SlotView> slots) const {
+    for (bool sessions : {false, true}) {
+        auto victim = least_recently_used(slots, [&](const SlotView& s) {
+            return !s.running && !s.cached.empty() && s.session.empty() != sessions;
+        });
+        if (victim) return victim;
     }
-    inbox_->wake.notify_one();
+    return std::nullopt;
+}
+
+std::optional<int> Scheduler::fork_target(std::span<const SlotView> slots, int source) const {
+    for (bool sessions : {false, true}) {
+        auto target = least_recently_used(slots, [&](const SlotView& s) {
+            return s.seq != source && !s.running && s.session.empty() != sessions;
+        });
+        if (target) return target;
+    }
+    return std::nullopt;
+}
+
+// ---- steps ----------------------------------------------------------------------------------
+
+// The strategy's split of the batch (demand_ → take_), clamped to what each stream can take and
+// to the budget; decode_maximal's when the strategy gives nothing to anybody.
+void Scheduler::split_batch(std::span<const StreamView> streams, std::size_t queue_depth) {
+    BatchBudget budget;
+    budget.max_tokens = options_.n_batch;
+    budget.prefill_chunk = std::max(1, std::min(options_.prefill_chunk, options_.n_batch));
+    budget.queue_depth = queue_depth;
+    take_.assign(demand_.size(), 0);
+    options_.strategy->plan(demand_, budget, take_);
+
+    int total = 0;
+    const int rows = static_cast<int>(options_.prefill_rows);
+    for (std::size_t i = 0; i < demand_.size(); ++i) {
+        const SequenceDemand& d = demand_[i];
+        const StreamView& s = streams[stream_of_[i]];
+        int most = d.decoding ? 1 : std::min(d.prefill_left, budget.prefill_chunk);
+        // A prefill save needs the cache to hold exactly the boundary: the chunk stops there.
+        if (!d.decoding && s.save_at > s.next_prompt)
+            most = std::min(most, static_cast<int>(s.save_at - s.next_prompt));
+        int& take = take_[i];
+        take = std::clamp(take, 0, std::min(most, budget.max_tokens - total));
+        // Leave a rest of the prompt of at least prefill_rows (or none): a short last chunk
+        // would take llama.cpp's slow attention path (EngineOptions::min_prefill_rows).
+        if (!d.decoding && rows > 0 && take > 0) {
+            const int rest = d.prefill_left - take;
+            if (rest > 0 && rest < rows && take - (rows - rest) >= rows) take -= rows - rest;
+        }
+        total += take;
+    }
+    if (total == 0) {
+        std::fill(take_.begin(), take_.end(), 0);
+        fallback_->plan(demand_, budget, take_);
+    }
+}
+
+// How many drafts may follow a stream's decode row, within `room` rows; nothing while the
+// stream still waits after missed drafts (`waits`, and the step uses one of its waits up).
+int Scheduler::drafts_allowed(const StreamView& s, int room, bool& waits) const {
+    waits = false;
+    const ReuseModes& modes = options_.modes;
+    if (options_.draft_tokens == 0 || !modes.trim_tail || room <= 0) return 0;
+    // A sliding-window cache reuses cells that have slid out of the window of the newest
+    // position it holds. Drafts in the same ubatch as their lead only free cells the lead
+    // itself no longer sees, so undoing them loses nothing; a call that also carries prompt rows
+    // could split a lead from its drafts across ubatches.
+    if (modes.sliding_window > 0 && !options_.separate_prompt_rows) return 0;
+    if (s.draft_wait > 0) {
+        waits = true;
+        return 0;
+    }
+    // Not past the reply's token limit (the decode row itself yields one) or the sequence's end.
+    int most = std::min(options_.draft_tokens, room);
+    most = std::min(most, options_.n_ctx_seq - 1 - static_cast<int>(s.cached.size()));
+    if (s.max_tokens > 0) most = std::min(most, s.max_tokens - 1 - s.completion_tokens);
+    return std::max(0, most);
+}
+
+// Appends the decode row of `s` and its drafts (at most `room`); returns how many drafts.
+int Scheduler::add_decode_rows(const StreamView& s, int room, StepPlan& plan) {
+    const int lead_pos = static_cast<int>(s.cached.size());
+    plan.rows.push_back({.slot = s.slot,
+                         .request = s.request,
+                         .token = s.to_decode,
+                         .pos = lead_pos,
+                         .logits = true,
+                         .decode = true});
+    bool waits = false;
+    const int most = drafts_allowed(s, room, waits);
+    if (waits) plan.waited.push_back(s.slot);
+    if (most <= 0) return 0;
+    ngram_draft(s.cached, s.to_decode, static_cast<std::size_t>(options_.draft_match),
+                static_cast<std::size_t>(most), draft_);
+    plan.rows.back().drafts = static_cast<int>(draft_.size());
+    for (std::size_t k = 0; k < draft_.size(); ++k) {
+        plan.rows.push_back({.slot = s.slot,
+                             .request = s.request,
+                             .token = draft_[k],
+                             .pos = lead_pos + 1 + static_cast<int>(k),
+                             .logits = true,
+                             .decode = true,
+                             .draft = true});
+    }
+    return static_cast<int>(draft_.size());
+}
+
+void Scheduler::plan_step(std::span<const StreamView> streams, std::size_t queue_depth,
+                          StepPlan& plan) {
+    plan.clear();
+    demand_.clear();  // reused every step: no allocation on the decode loop
+    stream_of_.clear();
+    for (std::size_t i = 0; i < streams.size(); ++i) {
+        const StreamView& s = streams[i];
+        SequenceDemand d;
+        d.slot = s.slot;
+        d.admitted = s.admitted;
+        d.decoding = s.to_decode != no_token;
+        if (!d.decoding) d.prefill_left = static_cast<int>(s.prompt.size() - s.next_prompt);
+        if (!d.decoding && d.prefill_left <= 0) continue;
+        demand_.push_back(d);
+        stream_of_.push_back(i);
+    }
+    if (demand_.empty()) return;
+    split_batch(streams, queue_depth);
+
+    // Drafts only use what the plan left of the batch, up to EngineOptions::draft_batch_rows.
+    int room = options_.n_batch;
+    int decode_rows = 0;
+    for (std::size_t i = 0; i < demand_.size(); ++i) {
+        room -= take_[i];
+        decode_rows += demand_[i].decoding ? take_[i] : 0;
+    }
+    room = std::min(room, options_.draft_rows - decode_rows);
+    for (std::size_t i = 0; i < demand_.size(); ++i) {
+        if (take_[i] == 0) continue;
+        const StreamView& s = streams[stream_of_[i]];
+        if (demand_[i].decoding) {
+            room -= add_decode_rows(s, room, plan);
+            continue;
+        }
+        const std::size_t end = s.next_prompt + static_cast<std::size_t>(take_[i]);
+        for (std::size_t k = s.next_prompt; k < end; ++k) {
+            plan.rows.push_back({.slot = s.slot,
+                                 .request = s.request,
+                                 .token = s.prompt[k],
+                                 .pos = static_cast<int>(k),
+                                 .logits = k + 1 == s.prompt.size()});
+        }
+    }
+}
+
+Scheduler::DraftBackoff Scheduler::after_drafts(int decoded, int accepted, DraftBackoff now) {
+    if (decoded > 0 && accepted == 0)
+        return {now.backoff, std::min(now.backoff * 2, max_draft_backoff)};
+    if (accepted > 0) return {now.wait, 1};
+    return now;
+}
+
+// ---- queue ----------------------------------------------------------------------------------
+
+Result<void> fits_queue(const QueueBounds& bounds, std::size_t queued_requests,
+                        std::size_t queued_tokens, std::size_t requests, std::size_t tokens) {
+    if (queued_requests + requests > bounds.max_requests) {
+        return fail(ErrorCode::queue_full, "too many requests are waiting",
+                    fmt::format("max_queued_requests={}", bounds.max_requests));
+    }
+    if (queued_tokens > 0 && queued_tokens + tokens > bounds.max_tokens) {
+        return fail(ErrorCode::queue_full, "too many prompt tokens are waiting",
+                    fmt::format("max_queued_tokens={}", bounds.max_tokens));
+    }
     return {};
 }
 
-void Scheduler::shutdown(std::chrono::milliseconds grace) {
-    {
-        std::lock_guard lock(inbox_->mutex);
-        inbox_->accepting = false;
+Expiry queued_expiry(SteadyClock::time_point now, bool cancelled,
+                     SteadyClock::time_point queue_deadline, SteadyClock::time_point deadline) {
+    if (cancelled) return {true, std::nullopt};
+    if (now > queue_deadline) {
+        return {true, Error{ErrorCode::timeout, "the request waited in the queue past its deadline",
+                            "queue_timeout"}};
     }
-    if (grace.count() > 0) {
-        std::unique_lock lock(idle_mutex_);
-        idle_.wait_for(lock, grace, [&] { return is_idle_; });
+    if (now > deadline) {
+        return {true, Error{ErrorCode::timeout, "the request passed its deadline in the queue",
+                            "timeout"}};
     }
-    {
-        std::lock_guard lock(inbox_->mutex);
-        inbox_->stop = true;
-        inbox_->dirty = true;
-    }
-    stop_decoding_.cancel();
-    inbox_->wake.notify_one();
-    if (thread_.joinable()) thread_.join();
-    if (persistence_.store) persistence_.store->flush();  // shutdown saves are on disk now
+    return {};
 }
 
-EngineStats Scheduler::stats() const {
-    EngineStats s;
-    s.slots = static_cast<int>(slots_.size());
-    s.busy_slots = busy_slots_.load(std::memory_order_relaxed);
-    s.kv_tokens = kv_tokens_.load(std::memory_order_relaxed);
-    s.n_ctx = n_ctx_seq_;
-    s.max_queued_requests = options_.max_queued_requests;
-    std::lock_guard lock(inbox_->mutex);
-    s.queued_requests = inbox_->queued_requests;
-    s.queued_tokens = inbox_->queued_tokens;
-    return s;
+Expiry running_expiry(SteadyClock::time_point now, bool cancelled,
+                      SteadyClock::time_point deadline) {
+    if (cancelled) return {true, std::nullopt};
+    if (now > deadline) return {true, deadline_passed()};
+    return {};
 }
 
-// ---- the loop -------------------------------------------------------------------------------
-
-void Scheduler::loop() {
-    while (take_inbox()) {
-        reap();
-        admit();
-        publish_gauges();
-        const bool running = std::any_of(slots_.begin(), slots_.end(),
-                                         [](const Slot& s) { return s.running != nullptr; });
-        if (running) {
-            tick();
-            continue;
-        }
-        // Idle: sleep until something arrives, or until the nearest queue deadline, or until
-        // deferred saves are due.
-        auto until = Clock::time_point::max();
-        for (const auto& p : queue_) until = std::min({until, p->queue_deadline, p->deadline});
-        if (std::any_of(slots_.begin(), slots_.end(),
-                        [](const Slot& s) { return s.save_pending; })) {
-            if (Clock::now() >= saves_due_) {
-                take_deferred_saves();
-                continue;
-            }
-            until = std::min(until, saves_due_);
-        }
-        std::unique_lock lock(inbox_->mutex);
-        // Idle only if nothing arrived since take_inbox(): a submit in between has already marked
-        // the engine busy, and a stale "idle" would let a graceful shutdown cancel that request.
-        if (queue_.empty() && inbox_->submitted.empty()) {
-            std::lock_guard idle_lock(idle_mutex_);
-            is_idle_ = true;
-            idle_.notify_all();
-        }
-        auto woken = [&] { return inbox_->dirty || inbox_->stop; };
-        if (until == Clock::time_point::max())
-            inbox_->wake.wait(lock, woken);
-        else
-            inbox_->wake.wait_until(lock, until, woken);
-    }
-    // Shutdown: whatever still runs or waits ends as cancelled.
-    const Error stopped{ErrorCode::shutting_down, "the engine shut down", {}};
-    for (auto& slot : slots_) {
-        if (slot.running) finish(slot, FinishReason::cancelled, stopped);
-    }
-    std::deque<std::function<void()>> commands;
-    {
-        std::lock_guard lock(inbox_->mutex);
-        for (auto& p : inbox_->submitted) queue_.push_back(std::move(p));
-        inbox_->submitted.clear();
-        commands.swap(inbox_->commands);
-    }
-    while (!queue_.empty()) {
-        auto p = std::move(queue_.front());
-        queue_.pop_front();
-        dequeued(*p);
-        finish_queued(std::move(p), stopped);
-    }
-    for (auto& c : commands) c();
-    take_deferred_saves();
-    if (persistence_.policy.on_shutdown) {
-        for (auto& slot : slots_) save(slot, SaveReason::shutdown);
-    }
-    publish_gauges();
-    std::lock_guard lock(idle_mutex_);
-    is_idle_ = true;
-    idle_.notify_all();
-}
-
-bool Scheduler::take_inbox() {
-    std::deque<std::function<void()>> commands;
-    {
-        std::lock_guard lock(inbox_->mutex);
-        if (inbox_->stop) return false;
-        for (auto& p : inbox_->submitted) queue_.push_back(std::move(p));
-        inbox_->submitted.clear();
-        commands.swap(inbox_->commands);
-        inbox_->dirty = false;
-    }
-    for (auto& c : commands) c();
-    return true;
-}
-
-void Scheduler::dequeued(const Pending& pending) {
-    std::lock_guard lock(inbox_->mutex);
-    --inbox_->queued_requests;
-    inbox_->queued_tokens -= pending.request.prompt.size();
-}
-
-void Scheduler::reap() {
-    const auto now = Clock::now();
-    for (auto it = queue_.begin(); it != queue_.end();) {
-        Pending& p = **it;
-        std::optional<Error> why;
-        bool stop = false;
-        if (p.channel->cancel.cancelled()) {
-            stop = true;
-        } else if (now > p.queue_deadline) {
-            stop = true;
-            why = Error{ErrorCode::timeout, "the request waited in the queue past its deadline",
-                        "queue_timeout"};
-        } else if (now > p.deadline) {
-            stop = true;
-            why = Error{ErrorCode::timeout, "the request passed its deadline in the queue",
-                        "timeout"};
-        }
-        if (!stop) {
-            ++it;
-            continue;
-        }
-        auto pending = std::move(*it);
-        it = queue_.erase(it);
-        dequeued(*pending);
-        finish_queued(std::move(pending), std::move(why));
-    }
-    for (auto& slot : slots_) {
-        if (!slot.running) continue;
-        Pending& p = *slot.running->pending;
-        if (p.channel->cancel.cancelled()) {
-            finish(slot, FinishReason::cancelled);
-        } else if (now > p.deadline) {
-            finish(slot, FinishReason::cancelled, deadline_passed());
-        }
-    }
-}
-
-void Scheduler::publish_gauges() {
-    int busy = 0;
-    std::int64_t kv = 0;
-    for (const auto& s : slots_) {
-        busy += s.running ? 1 : 0;
-        kv += static_cast<std::int64_t>(s.cached.size());
-    }
-    busy_slots_.store(busy, std::memory_order_relaxed);
-    kv_tokens_.store(kv, std::memory_order_relaxed);
-    metrics_.busy_slots->set(busy);
-    metrics_.kv_tokens->set(static_cast<double>(kv));
-    metrics_.queue_depth->set(static_cast<double>(queue_.size()));
-}
-
-// ---- events ---------------------------------------------------------------------------------
-
-void Scheduler::emit(Running& running, StreamPiece piece) {
-    EngineEvent event;
-    event.piece = std::move(piece);
-    running.pending->channel->push(std::move(event));
-}
-
-void Scheduler::finish(Slot& slot, FinishReason reason, std::optional<Error> error) {
-    Running& r = *slot.running;
-    std::string trailing = r.reply().finish(reason, std::move(error));
-    if (!trailing.empty()) {
-        StreamPiece piece;
-        piece.text = std::move(trailing);
-        emit(r, std::move(piece));
-    }
-    complete(slot);
-}
-
-void Scheduler::complete(Slot& slot) {
-    std::unique_ptr<Running> r = std::move(slot.running);
-    slot.last_used = Clock::now();
-    Completion c;
-    c.request_id = r->pending->id;
-    c.generation = std::move(r->reply().result());
-    c.cache = r->cache;
-    c.queue_ms = r->queue_ms;
-    c.draft_tokens = r->draft_tokens;
-    c.draft_accepted = r->draft_accepted;
-    Timings& t = c.generation.timings;
-    const auto first = r->reply().first_token_at();
-    if (first != Clock::time_point{}) {
-        t.prefill_ms = ms_between(r->admitted, first);
-        const int computed = c.generation.usage.prompt_tokens - c.generation.usage.cached_tokens;
-        t.prefill_tokens_per_s = t.prefill_ms > 0 ? computed * 1000.0 / t.prefill_ms : 0;
-    }
-    deliver(std::move(c), *r->pending);
-    // After the final event, so that the copy never delays the caller; with a delay, not before
-    // the engine idles (the next turn of the conversation usually reuses the live sequence).
-    if (persistence_.store && persistence_.policy.on_finish) {
-        if (persistence_.policy.finish_save_delay.count() > 0) {
-            slot.save_pending = true;
-            saves_due_ = Clock::now() + persistence_.policy.finish_save_delay;
-        } else {
-            save(slot, SaveReason::finish);
-        }
-    }
-}
-
-// The one way a request ends: outcome metrics, the lifecycle hook, then its final event.
-void Scheduler::deliver(Completion c, const Pending& pending) {
-    metrics_.count_outcome(c.generation);
-    metrics_.end_to_end->observe(c.generation.timings.total_ms / 1000.0);
-    LifecycleEvent e;
-    e.request_id = c.request_id;
-    e.stage = c.generation.finish_reason == FinishReason::cancelled ? LifecycleStage::cancelled
-                                                                    : LifecycleStage::finished;
-    e.session = pending.request.session;
-    e.completion = &c;
-    notify(e);
-    pending.channel->push_final(std::move(c));
-}
-
-void Scheduler::finish_queued(std::unique_ptr<Pending> pending, std::optional<Error> error) {
-    Reply& reply = *pending->reply;
-    // Never admitted: the prompt was not fed to the sampler and nothing of it was computed.
-    reply.result().usage.prompt_tokens = static_cast<int>(pending->request.prompt.size());
-    reply.finish(FinishReason::cancelled, std::move(error));
-    Completion c;
-    c.request_id = pending->id;
-    c.generation = std::move(reply.result());
-    c.queue_ms = ms_between(pending->submitted, Clock::now());
-    deliver(std::move(c), *pending);
+Error deadline_passed() {
+    return Error{ErrorCode::timeout, "generation deadline passed", "timeout"};
 }
 
 }  // namespace llamapp::detail

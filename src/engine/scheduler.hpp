@@ -1,231 +1,204 @@
-// Internal: the decode thread. Owns the llama.cpp context, the slots and the wait queue; every
-// method below except the ones marked "any thread" runs on that thread only.
+// Internal: the engine's decisions, as plain data in and plain data out. The scheduler does no
+// I/O, calls no llama.cpp and keeps no state between calls (only scratch buffers, so the decode
+// loop does not allocate): the engine core describes its slots and the request at hand, carries
+// out what comes back, and describes the outcome the next time. Decisions are asked for one at a
+// time because carrying one out can change the next (a restore that fails leaves its slot empty,
+// so it is no donor for the next admission).
+//
+// Called on the decode thread only, except the free functions, which any thread may call.
 #pragma once
 
-#include <atomic>
-#include <condition_variable>
-#include <deque>
-#include <future>
-#include <map>
+#include <chrono>
+#include <cstdint>
 #include <memory>
-#include <string>
-#include <thread>
-#include <utility>
+#include <optional>
+#include <span>
+#include <string_view>
 #include <vector>
 
-#include "core/context_state.hpp"
-#include "engine/engine_metrics.hpp"
-#include "engine/inbox.hpp"
-#include "llamapp/engine.hpp"
+#include "llamapp/batch_strategy.hpp"
+#include "llamapp/context.hpp"
+#include "llamapp/error.hpp"
+#include "llamapp/request_handle.hpp"
 
 namespace llamapp::detail {
 
-// A request that holds a slot.
-struct Running {
-    std::unique_ptr<Pending> pending;
-    std::size_t next_prompt = 0;  // first prompt token not yet in the KV cache
-    Token to_decode = no_token;   // sampled, to be fed back in the next decode
-    CacheInfo cache;
-    Reply::Clock::time_point admitted;
-    Reply::Clock::time_point last_token{};
-    double queue_ms = 0;
-    std::size_t save_at = 0;  // > 0: snapshot the sequence once the prompt is cached up to here
-    // Prompt-lookup speculation: drafts decoded and confirmed so far; after a step whose drafts
-    // all missed, the sequence waits `draft_wait` steps before drafting again, twice as long
-    // after each further miss.
-    int draft_tokens = 0;
-    int draft_accepted = 0;
-    int draft_wait = 0;
-    int draft_backoff = 1;
+using SteadyClock = std::chrono::steady_clock;
 
-    const std::vector<Token>& prompt() const { return pending->request.prompt; }
-    Reply& reply() { return *pending->reply; }
+// What the scheduler sees of one slot (one sequence of the shared context).
+struct SlotView {
+    int seq = 0;                    // also the slot's index
+    std::span<const Token> cached;  // tokens whose KV the sequence holds
+    std::string_view session;       // pinned to this session when not empty
+    std::string_view scope;         // cache scope of what it holds, and of its session
+    SteadyClock::time_point last_used{};
+    bool running = false;
+    // While running: the request's prompt and how much of it is cached.
+    std::span<const Token> prompt;
+    std::size_t prompt_cached = 0;
 };
 
-struct Slot {
-    int seq = 0;
-    std::vector<Token> cached;  // tokens whose KV the sequence holds, in position order
-    std::string session;        // pinned to this session when not empty
-    std::string scope;          // cache scope of the request that wrote the cached tokens
-    Reply::Clock::time_point last_used{};
-    std::unique_ptr<Running> running;  // null while idle
-    bool save_pending = false;  // finished; its finish save waits (SavePolicy::finish_save_delay)
+// A queued request, as admission sees it.
+struct RequestView {
+    std::span<const Token> prompt;
+    std::string_view session;
+    std::string_view scope;
+    bool reuse = true;              // the request allows prefix reuse (GenerateOptions)
+    std::size_t stored_tokens = 0;  // what the KV store's best entry matches (0: none)
 };
 
-// ReuseModes probed on a fresh context (clears it afterwards). Partial copies are only tried on
-// a unified cache: between separate streams llama.cpp asserts on them.
-ReuseModes probe_reuse_modes(ContextState& state, bool unified);
+// Where a request runs, and what its KV cache starts from.
+struct Admission {
+    int slot = -1;
+    // The slot was pinned to another, idle session: that session ends, its next turn starts cold.
+    bool reclaims_session = false;
+    ReuseSource source = ReuseSource::none;  // same_slot, other_slot, stored or none
+    int donor = -1;                          // other_slot: the slot copied from
+    // Tokens kept (same_slot), copied (other_slot) or restored (stored).
+    std::size_t reuse_tokens = 0;
+    // What the slot keeps of its own cache; the rest is lost (and saved first, per the policy).
+    std::size_t kept() const { return source == ReuseSource::same_slot ? reuse_tokens : 0; }
+};
 
-// The engine's view of the KV store: which namespace its snapshots live in, how to look them up
-// and when to save.
-struct Persistence {
-    std::shared_ptr<KvStore> store;  // null: no store
-    KvNamespace ns;                  // scope left empty; set per request
-    SavePolicy policy;
-    KvLookup lookup;
+// One row of a decode call: a token of a sequence at a position.
+struct Row {
+    int slot = 0;
+    std::uint64_t request = 0;
+    Token token = no_token;
+    int pos = 0;
+    bool logits = false;
+    bool decode = false;   // feeds back a generated token (else a prompt token)
+    int batch_index = -1;  // where it sits in the batch of the current decode, -1 if not in it
+    int drafts = 0;        // a fed-back token: how many draft rows follow it
+    bool draft = false;    // a drafted token, checked against what its lead row samples
+    bool dropped = false;  // a draft taken out of the step (no room in the KV cache)
+};
 
-    KvNamespace ns_for(const std::string& scope) const {
-        KvNamespace n = ns;
-        n.scope = scope;
-        return n;
+// A running request, as the step planner sees it.
+struct StreamView {
+    int slot = 0;
+    std::uint64_t request = 0;
+    SteadyClock::time_point admitted;
+    std::span<const Token> cached;
+    std::span<const Token> prompt;
+    std::size_t next_prompt = 0;  // first prompt token not yet cached
+    Token to_decode = no_token;   // a sampled token to feed back; no_token while prefilling
+    std::size_t save_at = 0;      // > next_prompt: the prefill stops there for a save
+    int draft_wait = 0;           // steps left before this stream drafts again
+    int max_tokens = -1;          // the reply's limit (-1: none)
+    int completion_tokens = 0;    // generated so far
+};
+
+// The rows of one step, and the streams whose draft wait the step used up (one step each).
+struct StepPlan {
+    std::vector<Row> rows;
+    std::vector<int> waited;  // slots
+    void clear() {
+        rows.clear();
+        waited.clear();
     }
 };
 
-// How a running request that outlived GenerateOptions::timeout ends: the same error whether the
-// step between decodes or the abort callback inside one noticed it.
-inline Error deadline_passed() {
-    return Error{ErrorCode::timeout, "generation deadline passed", "timeout"};
-}
+struct SchedulerOptions {
+    ReuseModes modes;
+    bool prefix_reuse = true;
+    double min_prefix_similarity = 0.1;
+    int min_adopt_tokens = 16;
+    int n_batch = 0;
+    int n_ctx_seq = 0;
+    int prefill_chunk = 512;
+    std::size_t prefill_rows = 0;  // EngineOptions::min_prefill_rows where it applies, else 0
+    bool separate_prompt_rows = false;
+    int draft_tokens = 0;
+    int draft_match = 3;
+    int draft_rows = 0;                       // EngineOptions::draft_batch_rows within one ubatch
+    std::shared_ptr<BatchStrategy> strategy;  // null: decode_maximal()
+};
 
 class Scheduler {
   public:
-    using Clock = Reply::Clock;
-    Scheduler(Context context, EngineOptions options, EngineMetrics metrics, ReuseModes modes,
-              Persistence persistence);
-    ~Scheduler();
-
-    void start();
-
-    // Any thread.
-    // All or none; fails with queue_full or shutting_down.
-    Result<void> enqueue(std::vector<std::unique_ptr<Pending>> pending);
-    void shutdown(std::chrono::milliseconds grace);
-    // Runs `work` on the decode thread between two decode calls and returns its result.
-    template <typename T>
-    Result<T> on_decode_thread(std::function<Result<T>()> work);
-    EngineStats stats() const;
-
-    const Model& model() const { return context_.model(); }
-    const ReuseModes& modes() const { return modes_; }
-    const EngineOptions& options() const { return options_; }
-    EngineMetrics& metrics() { return metrics_; }
-    int n_ctx_seq() const { return n_ctx_seq_; }
-    std::shared_ptr<Inbox> inbox() const { return inbox_; }
-    std::uint64_t next_id() { return ++last_id_; }
-    void notify(const LifecycleEvent& event) const;
-    // Any thread: looks the prompt up in the KV store and loads the best entry into `pending`.
-    void prefetch(Pending& pending, bool refresh = false) const;
-
-    // Decode thread: session commands.
-    Result<void> fork(const std::string& from, const std::string& to, const std::string& scope);
-    Result<void> end(const std::string& id, const std::string& scope);
-    std::vector<SessionInfo> list_sessions() const;
-
-  private:
-    struct Row {
-        int slot;
-        std::uint64_t request;
-        Token token;
-        int pos;
-        bool logits;
-        bool decode;           // feeds back a generated token (else a prompt token)
-        int batch_index;       // where it sits in the batch of the current decode, -1 if not in it
-        int drafts = 0;        // a fed-back token: how many draft rows follow it
-        bool draft = false;    // a drafted token, checked against what its lead row samples
-        bool dropped = false;  // a draft taken out of the step (no room in the KV cache)
-    };
-
-    void loop();
-    bool take_inbox();  // false once asked to stop
-    void reap();
-    void admit();
-    void tick();
-    void plan_rows();
-    void process_rows(std::size_t begin, std::size_t end);
-    void commit_rows(std::size_t begin, std::size_t end);
-    bool free_one_idle_sequence();
-    bool drop_drafts(std::size_t begin, std::size_t end);  // false when there were none
-    // Appends draft rows after the decode row of `slot` (at most `room`); returns how many.
-    int plan_drafts(Slot& slot, int room);
-    // Samples output `batch_index` for the slot's request and streams the piece; true when the
-    // reply is finished (the caller completes it).
-    bool sample(Slot& slot, int batch_index);
-    // Keeps the drafts after rows_[lead] while each is the token just sampled, then drops the KV
-    // of the rest; true when the reply is finished.
-    bool accept_drafts(Slot& slot, std::size_t lead, bool finished);
-    void rollback(std::size_t begin, std::size_t end, const Error& error, bool fail_requests);
-
-    Slot* choose_slot(const Pending& pending);
-    bool worth_waiting_for_donor(const Pending& pending) const;
     // Waiting for another slot's prefill pays off only for a shared prefix at least this long.
     static constexpr int min_wait_for_donor_tokens = 64;
     static constexpr int max_draft_backoff = 64;  // steps without drafts after repeated misses
-    void start_running(Slot& slot, std::unique_ptr<Pending> pending);
-    std::size_t usable_prefix(const Slot& from, const EngineRequest& request) const;
-    bool window_intact(const Slot& slot, std::size_t reused) const;
-    void widen_short_prefill(Slot& slot, std::size_t prompt_size, CacheInfo& cache);
-    void clear_sequence(Slot& slot);
-    // KV store: restore a prefetched entry into `slot` (false leaves the slot empty); save a
-    // sequence's state when the policy asks and the store does not hold it yet.
-    bool restore(Slot& slot, const KvHit& hit);
-    // What `slot` holds beyond its first `kept` tokens is about to go: a deferred finish save is
-    // taken now, else an eviction save per the policy (not for a tail under min_tokens).
-    void save_before_losing(Slot& slot, std::size_t kept);
-    // Takes every deferred finish save.
-    void take_deferred_saves();
-    void save(Slot& slot, SaveReason reason);
-    void save_prefill_boundaries();
-    std::size_t prefill_boundary(std::size_t prompt, std::size_t reused) const;
 
-    void emit(Running& running, StreamPiece piece);
-    void finish(Slot& slot, FinishReason reason, std::optional<Error> error = std::nullopt);
-    void complete(Slot& slot);
-    void deliver(Completion completion, const Pending& pending);
-    void finish_queued(std::unique_ptr<Pending> pending, std::optional<Error> error);
-    void dequeued(const Pending& pending);
-    void publish_gauges();
-    bool live(const Row& row) const;
+    explicit Scheduler(SchedulerOptions options);
 
-    Context context_;
-    ContextState& state_;
-    EngineOptions options_;
-    EngineMetrics metrics_;
-    const ReuseModes modes_;
-    const Persistence persistence_;
-    const int n_ctx_seq_;
-    const int n_batch_;
-    const std::size_t prefill_rows_;   // EngineOptions::min_prefill_rows where it applies, else 0
-    const bool separate_prompt_rows_;  // EngineOptions::separate_prompt_rows where it applies
-    // EngineOptions::draft_batch_rows, within one ubatch so that a lead and its drafts are
-    // placed together (see plan_drafts).
-    const int draft_rows_;
-    std::shared_ptr<Inbox> inbox_;
-    std::atomic<std::uint64_t> last_id_{0};
-    CancellationToken stop_decoding_;  // aborts a decode in flight at shutdown
+    const SchedulerOptions& options() const { return options_; }
 
-    // Decode thread state.
-    std::vector<Slot> slots_;
-    std::deque<std::unique_ptr<Pending>> queue_;
-    using SessionKey = std::pair<std::string, std::string>;  // scope, session id
-    std::map<SessionKey, int> sessions_;                     // -> slot index
-    Clock::time_point saves_due_{};  // when deferred finish saves are taken if still idle
-    std::vector<Row> rows_;
+    // Where a queued request runs, or nothing while it must wait: no idle slot, its session's
+    // slot is busy, or another slot is computing a long prefix it shares.
+    std::optional<Admission> admit(std::span<const SlotView> slots,
+                                   const RequestView& request) const;
+    // KV pressure: the idle slot whose cache goes first (plain cached sequences, least recently
+    // used first, then idle sessions), or nothing.
+    std::optional<int> eviction_victim(std::span<const SlotView> slots) const;
+    // Where a fork of `source` goes: an idle unpinned slot, least recently used, else an idle
+    // session's (which ends).
+    std::optional<int> fork_target(std::span<const SlotView> slots, int source) const;
+
+    // The rows of the next decode step for the running streams: the strategy's split of the
+    // batch, clamped, then drafts in what is left.
+    void plan_step(std::span<const StreamView> streams, std::size_t queue_depth, StepPlan& plan);
+    // After a step with drafts: the stream's next wait and backoff.
+    struct DraftBackoff {
+        int wait = 0;
+        int backoff = 1;
+    };
+    static DraftBackoff after_drafts(int decoded, int accepted, DraftBackoff now);
+
+  private:
+    std::size_t usable_prefix(const SlotView& from, const RequestView& request) const;
+    bool worth_waiting_for_donor(std::span<const SlotView> slots, const RequestView& request) const;
+    std::optional<int> choose_slot(std::span<const SlotView> slots, const RequestView& request,
+                                   bool& reclaims) const;
+    void choose_reuse(std::span<const SlotView> slots, const RequestView& request,
+                      Admission& admission) const;
+    void split_batch(std::span<const StreamView> streams, std::size_t queue_depth);
+    int drafts_allowed(const StreamView& stream, int room, bool& waits) const;
+    int add_decode_rows(const StreamView& stream, int room, StepPlan& plan);
+
+    SchedulerOptions options_;
+    const std::shared_ptr<BatchStrategy> fallback_ = decode_maximal();
     std::vector<SequenceDemand> demand_;
     std::vector<int> take_;
+    std::vector<std::size_t> stream_of_;  // demand_[i] is streams[stream_of_[i]]
     std::vector<Token> draft_;
-    const std::shared_ptr<BatchStrategy> fallback_strategy_ = decode_maximal();
-    LlamaBatch batch_;
-
-    std::atomic<int> busy_slots_{0};
-    std::atomic<std::int64_t> kv_tokens_{0};
-    std::mutex idle_mutex_;
-    std::condition_variable idle_;  // signalled when nothing runs and nothing waits
-    bool is_idle_ = true;
-    std::thread thread_;
 };
 
-template <typename T>
-Result<T> Scheduler::on_decode_thread(std::function<Result<T>()> work) {
-    auto task = std::make_shared<std::packaged_task<Result<T>()>>(std::move(work));
-    auto result = task->get_future();
-    {
-        std::lock_guard lock(inbox_->mutex);
-        if (inbox_->stop) return fail(ErrorCode::shutting_down, "the engine has stopped");
-        inbox_->commands.emplace_back([task] { (*task)(); });
-        inbox_->dirty = true;
+// The least recently used slot that `pick` accepts, or nothing.
+template <typename Pick>
+std::optional<int> least_recently_used(std::span<const SlotView> slots, Pick pick) {
+    std::optional<int> best;
+    for (const SlotView& s : slots) {
+        if (!pick(s)) continue;
+        if (!best || s.last_used < slots[static_cast<std::size_t>(*best)].last_used) best = s.seq;
     }
-    inbox_->wake.notify_one();
-    return result.get();
+    return best;
 }
+
+// Any thread. Whether `requests` more requests with `tokens` prompt tokens fit the queue bounds
+// beside what waits already; fails with queue_full. A request alone may exceed the token bound,
+// or a long prompt could never run.
+struct QueueBounds {
+    std::size_t max_requests = 0;
+    std::size_t max_tokens = 0;
+};
+Result<void> fits_queue(const QueueBounds& bounds, std::size_t queued_requests,
+                        std::size_t queued_tokens, std::size_t requests, std::size_t tokens);
+
+// Why a request ends before its next step, if it does: cancelled (no error), or past its queue
+// deadline (while queued) or its total deadline. Nothing while it may go on.
+struct Expiry {
+    bool ends = false;
+    std::optional<Error> error;
+};
+Expiry queued_expiry(SteadyClock::time_point now, bool cancelled,
+                     SteadyClock::time_point queue_deadline, SteadyClock::time_point deadline);
+Expiry running_expiry(SteadyClock::time_point now, bool cancelled,
+                      SteadyClock::time_point deadline);
+
+// How a running request that outlived GenerateOptions::timeout ends: the same error whether the
+// step between decodes or the abort callback inside one noticed it.
+Error deadline_passed();
 
 }  // namespace llamapp::detail

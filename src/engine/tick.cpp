@@ -2,8 +2,7 @@
 #include <algorithm>
 
 #include "core/log_internal.hpp"
-#include "engine/ngram_draft.hpp"
-#include "engine/scheduler.hpp"
+#include "engine/engine_core.hpp"
 
 namespace llamapp::detail {
 
@@ -15,10 +14,10 @@ double seconds(Reply::Clock::duration d) {
 
 }  // namespace
 
-void Scheduler::tick() {
+void EngineCore::tick() {
     plan_rows();
     if (rows_.empty()) return;
-    if (separate_prompt_rows_) {
+    if (scheduler_.options().separate_prompt_rows) {
         // Streams' tokens first, in a call of their own (EngineOptions::separate_prompt_rows).
         const auto prompts = std::stable_partition(rows_.begin(), rows_.end(),
                                                    [](const Row& row) { return row.decode; });
@@ -32,125 +31,43 @@ void Scheduler::tick() {
     process_rows(0, rows_.size());
 }
 
-void Scheduler::plan_rows() {
-    rows_.clear();
-    demand_.clear();  // reused every step: no allocation on the decode loop
+std::span<const StreamView> EngineCore::stream_views() {
+    stream_views_.clear();  // reused every step: no allocation on the decode loop
     for (const Slot& s : slots_) {
         if (!s.running) continue;
-        SequenceDemand d;
-        d.slot = s.seq;  // also the slot's index
-        d.admitted = s.running->admitted;
-        d.decoding = s.running->to_decode != no_token;
-        if (!d.decoding) {
-            d.prefill_left = static_cast<int>(s.running->prompt().size() - s.running->next_prompt);
-        }
-        if (!d.decoding && d.prefill_left <= 0) continue;
-        demand_.push_back(d);
+        const Running& r = *s.running;
+        const GenerateOptions& options = r.pending->reply->options();
+        stream_views_.push_back(
+            {.slot = s.seq,
+             .request = r.pending->id,
+             .admitted = r.admitted,
+             .cached = s.cached,
+             .prompt = r.prompt(),
+             .next_prompt = r.next_prompt,
+             .to_decode = r.to_decode,
+             .save_at = r.save_at,
+             .draft_wait = r.draft_wait,
+             .max_tokens = options.max_tokens,
+             .completion_tokens = r.pending->reply->result().usage.completion_tokens});
     }
-    if (demand_.empty()) return;
-    BatchBudget budget;
-    budget.max_tokens = n_batch_;
-    budget.prefill_chunk = std::max(1, std::min(options_.prefill_chunk, n_batch_));
-    budget.queue_depth = queue_.size();
-    take_.assign(demand_.size(), 0);
-    options_.strategy->plan(demand_, budget, take_);
-
-    // Clamp whatever the strategy said to what each sequence can take and to the budget.
-    int total = 0;
-    for (std::size_t i = 0; i < demand_.size(); ++i) {
-        int most =
-            demand_[i].decoding ? 1 : std::min(demand_[i].prefill_left, budget.prefill_chunk);
-        // A prefill save needs the cache to hold exactly the boundary: the chunk stops there.
-        const Running& r = *slots_[static_cast<std::size_t>(demand_[i].slot)].running;
-        if (!demand_[i].decoding && r.save_at > r.next_prompt)
-            most = std::min(most, static_cast<int>(r.save_at - r.next_prompt));
-        int& take = take_[i];
-        take = std::clamp(take, 0, std::min(most, budget.max_tokens - total));
-        // Leave a rest of the prompt of at least prefill_rows_ (or none): a short last chunk
-        // would take llama.cpp's slow attention path (EngineOptions::min_prefill_rows).
-        const int rows = static_cast<int>(prefill_rows_);
-        if (!demand_[i].decoding && rows > 0 && take > 0) {
-            const int rest = demand_[i].prefill_left - take;
-            if (rest > 0 && rest < rows && take - (rows - rest) >= rows) take -= rows - rest;
-        }
-        total += take;
-    }
-    if (total == 0) {
-        std::fill(take_.begin(), take_.end(), 0);
-        fallback_strategy_->plan(demand_, budget, take_);
-    }
-
-    // Drafts only use what the plan left of the batch, up to EngineOptions::draft_batch_rows.
-    int room = n_batch_;
-    int decode_rows = 0;
-    for (std::size_t i = 0; i < demand_.size(); ++i) {
-        room -= take_[i];
-        decode_rows += demand_[i].decoding ? take_[i] : 0;
-    }
-    room = std::min(room, draft_rows_ - decode_rows);
-    for (std::size_t i = 0; i < demand_.size(); ++i) {
-        if (take_[i] == 0) continue;
-        const int slot_index = demand_[i].slot;
-        Slot& s = slots_[static_cast<std::size_t>(slot_index)];
-        Running& r = *s.running;
-        const std::uint64_t id = r.pending->id;
-        if (demand_[i].decoding) {
-            rows_.push_back(
-                {slot_index, id, r.to_decode, static_cast<int>(s.cached.size()), true, true, -1});
-            room -= plan_drafts(s, room);
-            continue;
-        }
-        const std::vector<Token>& prompt = r.prompt();
-        for (std::size_t k = r.next_prompt; k < r.next_prompt + static_cast<std::size_t>(take_[i]);
-             ++k) {
-            rows_.push_back({slot_index, id, prompt[k], static_cast<int>(k), k + 1 == prompt.size(),
-                             false, -1});
-        }
-    }
+    return stream_views_;
 }
 
-int Scheduler::plan_drafts(Slot& s, int room) {
-    Running& r = *s.running;
-    if (options_.draft_tokens == 0 || !modes_.trim_tail || room <= 0) return 0;
-    // A sliding-window cache reuses cells that have slid out of the window of the newest
-    // position it holds. Drafts in the same ubatch as their lead only free cells the lead
-    // itself no longer sees, so undoing them loses nothing; a call that also carries prompt rows
-    // could split a lead from its drafts across ubatches.
-    if (modes_.sliding_window > 0 && !separate_prompt_rows_) return 0;
-    if (r.draft_wait > 0) {
-        --r.draft_wait;
-        return 0;
-    }
-    // Not past the reply's token limit (the decode row itself yields one) or the sequence's end.
-    const std::size_t lead_pos = s.cached.size();
-    int most = std::min(options_.draft_tokens, room);
-    most = std::min(most, n_ctx_seq_ - 1 - static_cast<int>(lead_pos));
-    const GenerateOptions& options = r.reply().options();
-    if (options.max_tokens > 0)
-        most = std::min(most, options.max_tokens - 1 - r.reply().result().usage.completion_tokens);
-    if (most <= 0) return 0;
-    ngram_draft(s.cached, r.to_decode, static_cast<std::size_t>(options_.draft_match),
-                static_cast<std::size_t>(most), draft_);
-    rows_.back().drafts = static_cast<int>(draft_.size());
-    for (std::size_t k = 0; k < draft_.size(); ++k) {
-        Row row{s.seq, r.pending->id, draft_[k], static_cast<int>(lead_pos + 1 + k),
-                true,  true,          -1};
-        row.draft = true;
-        rows_.push_back(row);
-    }
-    return static_cast<int>(draft_.size());
+void EngineCore::plan_rows() {
+    scheduler_.plan_step(stream_views(), queue_.size(), plan_);
+    for (int slot : plan_.waited) --slots_[static_cast<std::size_t>(slot)].running->draft_wait;
 }
 
 // A row still takes part in the step: it is not a draft dropped for room, and it still belongs
 // to the request it was planned for (a failure earlier in this step may have ended that
 // request). Halving a batch can leave a dropped draft beside other rows, and its request must
 // not be failed or rewound for their sake.
-bool Scheduler::live(const Row& row) const {
+bool EngineCore::live(const Row& row) const {
     const Slot& s = slots_[static_cast<std::size_t>(row.slot)];
     return !row.dropped && s.running && s.running->pending->id == row.request;
 }
 
-void Scheduler::process_rows(std::size_t begin, std::size_t end) {
+void EngineCore::process_rows(std::size_t begin, std::size_t end) {
     batch_.clear();
     const Row* first = nullptr;  // the first live row, and whether every live row shares its owner
     bool single_owner = true;
@@ -202,7 +119,7 @@ void Scheduler::process_rows(std::size_t begin, std::size_t end) {
             finish(s, FinishReason::error,
                    Error{ErrorCode::context_overflow,
                          "the KV cache is full: no room for this request's next token",
-                         fmt::format("n_ctx={}", llama_n_ctx(state_.ctx.get()))});
+                         fmt::format("n_ctx={}", state_.n_ctx())});
         }
         return;
     }
@@ -213,15 +130,12 @@ void Scheduler::process_rows(std::size_t begin, std::size_t end) {
     rollback(begin, end, owner_late ? deadline_passed() : ok.error(), code != ErrorCode::cancelled);
 }
 
-void Scheduler::rollback(std::size_t begin, std::size_t end, const Error& error,
-                         bool fail_requests) {
+void EngineCore::rollback(std::size_t begin, std::size_t end, const Error& error,
+                          bool fail_requests) {
     for (std::size_t i = begin; i < end; ++i) {
         if (!live(rows_[i])) continue;
         Slot& s = slots_[static_cast<std::size_t>(rows_[i].slot)];
-        if (modes_.trim_tail) {
-            llama_memory_seq_rm(state_.memory(), s.seq, static_cast<llama_pos>(s.cached.size()),
-                                -1);
-        } else {
+        if (!modes_.trim_tail || !state_.sequences.trim(s.seq, s.cached.size())) {
             // Recurrent state cannot be rewound: the request cannot continue.
             clear_sequence(s);
             fail_requests = true;
@@ -237,7 +151,7 @@ void Scheduler::rollback(std::size_t begin, std::size_t end, const Error& error,
     }
 }
 
-bool Scheduler::drop_drafts(std::size_t begin, std::size_t end) {
+bool EngineCore::drop_drafts(std::size_t begin, std::size_t end) {
     bool any = false;
     for (std::size_t i = begin; i < end; ++i) {
         Row& row = rows_[i];
@@ -250,24 +164,16 @@ bool Scheduler::drop_drafts(std::size_t begin, std::size_t end) {
     return any;
 }
 
-bool Scheduler::free_one_idle_sequence() {
-    // Plain cached sequences go first, then idle sessions (their next turn starts cold).
-    for (bool sessions : {false, true}) {
-        Slot* victim = nullptr;
-        for (auto& s : slots_) {
-            if (s.running || s.cached.empty() || s.session.empty() == sessions) continue;
-            if (!victim || s.last_used < victim->last_used) victim = &s;
-        }
-        if (victim) {
-            save_before_losing(*victim, 0);
-            clear_sequence(*victim);
-            return true;
-        }
-    }
-    return false;
+bool EngineCore::free_one_idle_sequence() {
+    const auto victim = scheduler_.eviction_victim(slot_views());
+    if (!victim) return false;
+    Slot& s = slots_[static_cast<std::size_t>(*victim)];
+    save_before_losing(s, 0);
+    clear_sequence(s);
+    return true;
 }
 
-void Scheduler::commit_rows(std::size_t begin, std::size_t end) {
+void EngineCore::commit_rows(std::size_t begin, std::size_t end) {
     for (std::size_t i = begin; i < end; ++i) {
         const Row& row = rows_[i];
         if (row.draft || row.batch_index < 0 || !live(row)) continue;  // drafts: see their lead
@@ -286,7 +192,7 @@ void Scheduler::commit_rows(std::size_t begin, std::size_t end) {
     save_prefill_boundaries();
 }
 
-bool Scheduler::sample(Slot& s, int batch_index) {
+bool EngineCore::sample(Slot& s, int batch_index) {
     Running& r = *s.running;
     auto step = r.reply().advance(state_.ctx.get(), batch_index, s.cached.size(),
                                   static_cast<std::size_t>(n_ctx_seq_));
@@ -308,7 +214,7 @@ bool Scheduler::sample(Slot& s, int batch_index) {
     return step.finished;
 }
 
-bool Scheduler::accept_drafts(Slot& s, std::size_t lead, bool finished) {
+bool EngineCore::accept_drafts(Slot& s, std::size_t lead, bool finished) {
     Running& r = *s.running;
     int decoded = 0;
     int accepted = 0;
@@ -327,17 +233,15 @@ bool Scheduler::accept_drafts(Slot& s, std::size_t lead, bool finished) {
         keep = !finished;
     }
     if (accepted < decoded)  // the cache must hold exactly `cached`
-        llama_memory_seq_rm(state_.memory(), s.seq, static_cast<llama_pos>(s.cached.size()), -1);
+        // Drafts only run where the model trims (Scheduler::plan_step), so this cannot fail.
+        static_cast<void>(state_.sequences.trim(s.seq, s.cached.size()));
     metrics_.draft_tokens->inc(decoded);
     metrics_.draft_accepted->inc(accepted);
     r.draft_tokens += decoded;
     r.draft_accepted += accepted;
-    if (decoded > 0 && accepted == 0) {
-        r.draft_wait = r.draft_backoff;
-        r.draft_backoff = std::min(r.draft_backoff * 2, max_draft_backoff);
-    } else if (accepted > 0) {
-        r.draft_backoff = 1;
-    }
+    const auto next = Scheduler::after_drafts(decoded, accepted, {r.draft_wait, r.draft_backoff});
+    r.draft_wait = next.wait;
+    r.draft_backoff = next.backoff;
     return finished;
 }
 

@@ -135,113 +135,124 @@ Result<std::shared_ptr<KvStore>> KvStore::open(KvStoreOptions options) {
 
 // ---- lookup ---------------------------------------------------------------------------------
 
+std::pair<Handle, std::size_t> KvStore::Impl::best_entry(const std::string& ns_id,
+                                                         std::span<const Token> prompt,
+                                                         const KvLookup& lookup) const {
+    Handle best = 0;
+    std::size_t best_m = 0;
+    auto idx = prompt.size() < 2 ? indexes.end() : indexes.find(ns_id);
+    if (idx == indexes.end()) return {0, 0};
+    auto consider = [&](Handle h, std::size_t lcp) {
+        const StoredEntry& e = entries.at(h);
+        if (lookup.ram_only && !e.ram) return;
+        auto m = usable(e, lcp, prompt.size(), lookup);
+        if (!m) return;
+        // Longer wins; at equal length a RAM copy beats a file.
+        if (best == 0 || *m > best_m || (*m == best_m && e.ram && !entries.at(best).ram)) {
+            best = h;
+            best_m = *m;
+        }
+    };
+    int visits = 0;
+    auto visit = [&](Handle h, std::size_t lcp) {
+        if (best != 0 && std::min(lcp, prompt.size() - 1) < best_m) return true;
+        consider(h, lcp);
+        return (best != 0 && entries.at(best).ram) || ++visits > 256;
+    };
+    if (lookup.match == KvMatch::exact) {
+        idx->second.by_boundary(prompt, visit);
+    } else {
+        idx->second.by_common_prefix(prompt, visit);
+    }
+    if (lookup.session.empty()) return {best, best_m};
+    // The session's own last entry, when it serves at least as much.
+    auto it = sessions.find({ns_id, lookup.session});
+    if (it == sessions.end()) return {best, best_m};
+    const auto& tokens = entries.at(it->second).header.tokens;
+    const auto lcp = static_cast<std::size_t>(
+        std::mismatch(tokens.begin(), tokens.end(), prompt.begin(), prompt.end()).first -
+        tokens.begin());
+    const Handle before = best;
+    const std::size_t before_m = best_m;
+    best = 0;
+    consider(it->second, lcp);
+    if (best == 0 || (before != 0 && best_m < before_m)) return {before, before_m};
+    return {best, best_m};
+}
+
+KvHit KvStore::Impl::describe_hit(Handle h, std::size_t matched, const KvLookup& lookup,
+                                  fs::path& path) {
+    StoredEntry& e = entries.at(h);
+    if (lookup.count_hit) {
+        e.header.hits += 1;
+        e.header.last_used_ms = unix_ms_now();
+    }
+    KvHit hit;
+    hit.matched_tokens = matched;
+    hit.payload = e.ram;
+    hit.entry.id = e.header.id;
+    hit.entry.tokens = e.header.tokens;
+    hit.entry.payload_bytes = e.header.payload_bytes;
+    hit.entry.hits = e.header.hits;
+    hit.entry.reason = e.header.reason;
+    hit.entry.session = e.header.session;
+    hit.entry.kept_from = e.header.kept_from;
+    if (e.dir >= 0) path = entry_path(dirs[static_cast<std::size_t>(e.dir)].directory, e.header.id);
+    hit.entry.tier = e.ram ? "ram" : dirs[static_cast<std::size_t>(e.dir)].name;
+    return hit;
+}
+
+bool KvStore::Impl::load_payload(Handle h, int dir, const fs::path& path, KvHit& hit) {
+    auto payload = std::make_shared<Bytes>();
+    ParsedHeader parsed = read_entry(path, *payload);
+    std::vector<Removal> removals;
+    std::lock_guard lock(mutex);
+    auto it = entries.find(h);
+    if (parsed.defect != EntryDefect::none || parsed.header.id != hit.entry.id) {
+        log(LogLevel::warning, "kvstore: removing {}: {} {}", path.string(),
+            to_string(parsed.defect), parsed.detail);
+        dirs[static_cast<std::size_t>(dir)].metrics.corrupt->inc();
+        metrics.misses->inc();
+        if (it != entries.end()) remove(h, removals);
+        for (auto& r : removals) ::unlink(r.path.c_str());
+        return false;
+    }
+    // Promote into RAM when it fits, so the next hit skips the read.
+    if (it != entries.end() && ram && !it->second.ram) {
+        const std::uint64_t size = parsed.header.file_bytes();
+        if (size <= ram->capacity && make_room(*ram, -1, size, removals)) {
+            it->second.ram = payload;
+            it->second.ram_bytes = size;
+            ram->used += size;
+            ++ram->entries;
+            ram->publish_gauges();
+        }
+    }
+    hit.payload = std::move(payload);
+    return true;
+}
+
 std::optional<KvHit> KvStore::fetch(const KvNamespace& ns, std::span<const Token> prompt,
                                     const KvLookup& lookup) {
     Impl& s = *impl_;
     const auto started = SteadyClock::now();
-    const std::string ns_id = ns.id();
     KvHit hit;
-    Handle best = 0;
     int dir = -1;
     fs::path path;
+    Handle best = 0;
     {
         std::lock_guard lock(s.mutex);
-        auto idx = prompt.size() < 2 ? s.indexes.end() : s.indexes.find(ns_id);
-        std::size_t best_m = 0;
-        auto consider = [&](Handle h, std::size_t lcp) {
-            const StoredEntry& e = s.entries.at(h);
-            if (lookup.ram_only && !e.ram) return;
-            auto m = s.usable(e, lcp, prompt.size(), lookup);
-            if (!m) return;
-            // Longer wins; at equal length a RAM copy beats a file.
-            if (best == 0 || *m > best_m || (*m == best_m && e.ram && !s.entries.at(best).ram)) {
-                best = h;
-                best_m = *m;
-            }
-        };
-        if (idx != s.indexes.end()) {
-            int visits = 0;
-            auto visit = [&](Handle h, std::size_t lcp) {
-                if (best != 0 && std::min(lcp, prompt.size() - 1) < best_m) return true;
-                consider(h, lcp);
-                return (best != 0 && s.entries.at(best).ram) || ++visits > 256;
-            };
-            if (lookup.match == KvMatch::exact) {
-                idx->second.by_boundary(prompt, visit);
-            } else {
-                idx->second.by_common_prefix(prompt, visit);
-            }
-            if (!lookup.session.empty()) {
-                if (auto it = s.sessions.find({ns_id, lookup.session}); it != s.sessions.end()) {
-                    const auto& tokens = s.entries.at(it->second).header.tokens;
-                    const auto lcp = static_cast<std::size_t>(
-                        std::mismatch(tokens.begin(), tokens.end(), prompt.begin(), prompt.end())
-                            .first -
-                        tokens.begin());
-                    const Handle before = best;
-                    const std::size_t before_m = best_m;
-                    best = 0;
-                    consider(it->second, lcp);
-                    if (best == 0 || (before != 0 && best_m < before_m)) {
-                        best = before;
-                        best_m = before_m;
-                    }
-                }
-            }
-        }
-        if (best == 0) {
+        const auto [h, matched] = s.best_entry(ns.id(), prompt, lookup);
+        if (h == 0) {
             if (!lookup.ram_only) s.metrics.misses->inc();
             return std::nullopt;
         }
-        StoredEntry& e = s.entries.at(best);
-        if (lookup.count_hit) {
-            e.header.hits += 1;
-            e.header.last_used_ms = unix_ms_now();
-        }
-        hit.matched_tokens = best_m;
-        hit.payload = e.ram;
-        hit.entry.id = e.header.id;
-        hit.entry.tokens = e.header.tokens;
-        hit.entry.payload_bytes = e.header.payload_bytes;
-        hit.entry.hits = e.header.hits;
-        hit.entry.reason = e.header.reason;
-        hit.entry.session = e.header.session;
-        hit.entry.kept_from = e.header.kept_from;
-        dir = e.dir;
-        if (dir >= 0)
-            path = entry_path(s.dirs[static_cast<std::size_t>(dir)].directory, e.header.id);
-        hit.entry.tier = e.ram ? "ram" : s.dirs[static_cast<std::size_t>(dir)].name;
+        best = h;
+        hit = s.describe_hit(h, matched, lookup, path);
+        dir = s.entries.at(h).dir;
     }
     const auto usage_ms = unix_ms_now();
-    if (!hit.payload) {
-        auto payload = std::make_shared<Bytes>();
-        ParsedHeader parsed = read_entry(path, *payload);
-        std::vector<Removal> removals;
-        std::lock_guard lock(s.mutex);
-        Tier& tier = s.dirs[static_cast<std::size_t>(dir)];
-        auto it = s.entries.find(best);
-        if (parsed.defect != EntryDefect::none || parsed.header.id != hit.entry.id) {
-            log(LogLevel::warning, "kvstore: removing {}: {} {}", path.string(),
-                to_string(parsed.defect), parsed.detail);
-            tier.metrics.corrupt->inc();
-            s.metrics.misses->inc();
-            if (it != s.entries.end()) s.remove(best, removals);
-            for (auto& r : removals) ::unlink(r.path.c_str());
-            return std::nullopt;
-        }
-        // Promote into RAM when it fits, so the next hit skips the read.
-        if (it != s.entries.end() && s.ram && !it->second.ram) {
-            const std::uint64_t size = parsed.header.file_bytes();
-            if (size <= s.ram->capacity && s.make_room(*s.ram, -1, size, removals)) {
-                it->second.ram = payload;
-                it->second.ram_bytes = size;
-                s.ram->used += size;
-                ++s.ram->entries;
-                s.ram->publish_gauges();
-            }
-        }
-        hit.payload = std::move(payload);
-    }
+    if (!hit.payload && !s.load_payload(best, dir, path, hit)) return std::nullopt;
     hit.load_ms = std::chrono::duration<double, std::milli>(SteadyClock::now() - started).count();
     {
         std::lock_guard lock(s.mutex);

@@ -118,6 +118,14 @@ struct KvStore::Impl {
     void add(Handle h, detail::StoredEntry e);
     std::optional<std::size_t> usable(const detail::StoredEntry& e, std::size_t lcp,
                                       std::size_t prompt, const KvLookup& lookup) const;
+    // The entry that serves `prompt` best and how many of its tokens it matches (0: none).
+    std::pair<Handle, std::size_t> best_entry(const std::string& ns_id,
+                                              std::span<const Token> prompt,
+                                              const KvLookup& lookup) const;
+    // A hit on entry `h` for `matched` tokens, counted when the lookup asks; `path` gets its
+    // file when it lives in a directory tier.
+    KvHit describe_hit(Handle h, std::size_t matched, const KvLookup& lookup,
+                       std::filesystem::path& path);
 
     // Lock not held.
     std::expected<KvSaveTicket, detail::Drop> reserve(const KvNamespace& ns,
@@ -131,6 +139,9 @@ struct KvStore::Impl {
                SteadyClock::time_point started);
     void writer_loop();
     Result<void> scan(int dir);
+    // Reads entry `h` from directory tier `dir` into `hit` (promoting it into RAM when it fits);
+    // false, with the damaged file removed, when it does not verify.
+    bool load_payload(Handle h, int dir, const std::filesystem::path& path, KvHit& hit);
 };
 
 }  // namespace llamapp

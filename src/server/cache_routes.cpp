@@ -33,9 +33,11 @@ void ServerState::register_cache_routes() {
     auto with_store = [this](auto&& act) {
         return [this, act](const httplib::Request& req, httplib::Response& res) {
             if (!store) {
-                throw HttpException{{404, "not_found_error", "no_cache", "",
-                                     "this server runs without a KV store (--cache-ram 0 and "
-                                     "no --cache-disk)"}};
+                throw HttpException{http_error(
+                    Error{ErrorCode::not_found,
+                          "this server runs without a KV store (--cache-ram 0 and no --cache-disk)",
+                          {}},
+                    "", "no_cache")};
             }
             res.set_content(dump(act(req)), "application/json");
         };

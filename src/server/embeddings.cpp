@@ -1,5 +1,5 @@
-// /v1/embeddings: a second context with embeddings on, created on first use and used by one
-// request at a time (embedding is one decode per batch, not worth a scheduler).
+// /v1/embeddings: parsing and formatting around the server's Embedder, which computes the vectors
+// on a thread of its own (one request at a time: embedding is one decode per batch).
 #include <fmt/core.h>
 
 #include <cmath>
@@ -41,43 +41,42 @@ void truncate_and_normalize(std::vector<float>& v, std::size_t d) {
         for (float& x : v) x = static_cast<float>(x / norm);
 }
 
-}  // namespace
-
-void ServerState::embeddings(const httplib::Request& req, httplib::Response& res) {
-    InFlight counted(*this);  // from the start: a drain that begins now waits for this request
-    const json body = parse_body(req.body);
-    if (const json* m = optional_field(body, "model")) {
-        const std::string name = string_field(*m, "model");
-        if (name != model_id)
-            throw HttpException{{404, "invalid_request_error", "model_not_found", "model",
-                                 fmt::format("the model '{}' does not exist", name)}};
-    }
+// The inputs as token lists: text tokenized here, token ids kept as they are (the model's
+// embedder validates them); each within the prompt limit.
+std::vector<std::vector<Token>> embedding_inputs(const json& body, const Tokenizer& tokenizer,
+                                                 const RequestLimits& limits, int max_inputs,
+                                                 int max_tokens) {
     const json* input = optional_field(body, "input");
     if (!input)
         throw HttpException{invalid("input", "'input' is required", "missing_required_parameter")};
-    std::vector<std::string> texts;
-    auto token_text = [&](const json& ids) {
+    auto ids = [&](const json& list) {
         std::vector<Token> tokens;
-        for (const auto& t : ids) {
+        for (const auto& t : list) {
             if (!t.is_number_integer() || t.get<long long>() < 0 ||
                 t.get<long long>() >= limits.vocab_size)
                 throw HttpException{invalid("input", "not a token id of this model")};
             tokens.push_back(t.get<Token>());
         }
-        auto text = model.tokenizer().decode(tokens);
-        if (!text) throw HttpException{http_error(text.error(), "input")};
-        return *text;
+        return tokens;
     };
+    auto text = [&](const json& item) {
+        const std::string t = item.get<std::string>();
+        if (t.empty()) throw HttpException{invalid("input", "inputs must not be empty")};
+        auto tokens = tokenizer.encode(t);
+        if (!tokens) throw HttpException{http_error(tokens.error(), "input")};
+        return std::move(*tokens);
+    };
+    std::vector<std::vector<Token>> inputs;
     if (input->is_string()) {
-        texts.push_back(input->get<std::string>());
+        inputs.push_back(text(*input));
     } else if (input->is_array() && !input->empty() && (*input)[0].is_number()) {
-        texts.push_back(token_text(*input));
+        inputs.push_back(ids(*input));
     } else if (input->is_array() && !input->empty()) {
         for (const auto& item : *input) {
             if (item.is_string())
-                texts.push_back(item.get<std::string>());
+                inputs.push_back(text(item));
             else if (item.is_array() && !item.empty())
-                texts.push_back(token_text(item));
+                inputs.push_back(ids(item));
             else
                 throw HttpException{
                     invalid("input", "each input must be a string or token ids", "invalid_type")};
@@ -86,69 +85,77 @@ void ServerState::embeddings(const httplib::Request& req, httplib::Response& res
         throw HttpException{
             invalid("input", "'input' must be a non-empty string or array", "invalid_type")};
     }
-    if (texts.size() > static_cast<std::size_t>(options.max_embedding_inputs))
-        throw HttpException{invalid(
-            "input", fmt::format("at most {} inputs per request", options.max_embedding_inputs))};
-    for (const auto& t : texts) {
-        if (t.empty()) throw HttpException{invalid("input", "inputs must not be empty")};
+    if (inputs.size() > static_cast<std::size_t>(max_inputs))
+        throw HttpException{
+            invalid("input", fmt::format("at most {} inputs per request", max_inputs))};
+    for (const auto& tokens : inputs) {
+        if (static_cast<int>(tokens.size()) > max_tokens) {
+            throw HttpException{
+                http_error(Error{ErrorCode::context_overflow,
+                                 fmt::format("an input has {} tokens; at most {} are accepted",
+                                             tokens.size(), max_tokens)},
+                           "input")};
+        }
     }
-    bool as_base64 = false;
-    if (const json* f = optional_field(body, "encoding_format")) {
-        const std::string format = string_field(*f, "encoding_format");
+    return inputs;
+}
+
+struct EmbeddingFormat {
+    bool base64 = false;
+    std::size_t dimensions = 0;
+};
+
+EmbeddingFormat embedding_format(const json& body, int n_embd) {
+    EmbeddingFormat f;
+    f.dimensions = static_cast<std::size_t>(n_embd);
+    if (const json* e = optional_field(body, "encoding_format")) {
+        const std::string format = string_field(*e, "encoding_format");
         if (format != "float" && format != "base64")
             throw HttpException{invalid("encoding_format", "must be float or base64")};
-        as_base64 = format == "base64";
+        f.base64 = format == "base64";
     }
-    const int n_embd = model.info().n_embd_out > 0 ? model.info().n_embd_out : model.info().n_embd;
-    std::size_t dims = static_cast<std::size_t>(n_embd);
     if (const json* d = optional_field(body, "dimensions")) {
         if (!d->is_number_integer() || d->get<long long>() < 1 || d->get<long long>() > n_embd)
             throw HttpException{
                 invalid("dimensions", fmt::format("'dimensions' must be in [1, {}]", n_embd))};
-        dims = static_cast<std::size_t>(d->get<long long>());
+        f.dimensions = static_cast<std::size_t>(d->get<long long>());
     }
-    int prompt_tokens = 0;
-    for (const auto& t : texts) {
-        auto tokens = model.tokenizer().encode(t);
-        if (!tokens) throw HttpException{http_error(tokens.error(), "input")};
-        if (static_cast<int>(tokens->size()) > max_prompt_tokens)
-            throw HttpException{{413, "invalid_request_error", "context_length_exceeded", "input",
-                                 fmt::format("an input has {} tokens; at most {} are accepted",
-                                             tokens->size(), max_prompt_tokens)}};
-        prompt_tokens += static_cast<int>(tokens->size());
-    }
+    return f;
+}
 
-    std::vector<std::vector<float>> vectors;
-    {
-        std::lock_guard lock(embed_mutex);
-        if (!embed_context) {
-            ContextOptions co;
-            co.embeddings = true;
-            co.n_ctx = max_prompt_tokens;
-            co.n_batch = co.n_ctx;
-            co.n_ubatch = co.n_ctx;
-            auto ctx = Context::create(model, co);
-            if (!ctx) throw HttpException{http_error(ctx.error())};
-            embed_context.emplace(std::move(*ctx));
-        }
-        auto out = embed_context->embed_batch(texts);
-        if (!out) throw HttpException{http_error(out.error(), "input")};
-        vectors = std::move(*out);
-    }
+json embeddings_json(std::vector<std::vector<float>> vectors, const EmbeddingFormat& format) {
     json data = json::array();
     for (std::size_t i = 0; i < vectors.size(); ++i) {
         std::vector<float>& v = vectors[i];
-        if (dims < v.size()) truncate_and_normalize(v, dims);
+        if (format.dimensions < v.size()) truncate_and_normalize(v, format.dimensions);
         json item = {{"object", "embedding"}, {"index", i}};
-        if (as_base64)
+        if (format.base64)
             item["embedding"] =
                 base64(reinterpret_cast<const std::uint8_t*>(v.data()), v.size() * sizeof(float));
         else
             item["embedding"] = v;
         data.push_back(std::move(item));
     }
+    return data;
+}
+
+}  // namespace
+
+void ServerState::embeddings(const httplib::Request& req, httplib::Response& res) {
+    InFlight counted(*this);  // from the start: a drain that begins now waits for this request
+    const json body = parse_body(req.body);
+    if (const json* m = optional_field(body, "model")) check_model(string_field(*m, "model"));
+    const int n_embd = model.info().n_embd_out > 0 ? model.info().n_embd_out : model.info().n_embd;
+    const EmbeddingFormat format = embedding_format(body, n_embd);
+    auto inputs = embedding_inputs(body, model.tokenizer(), limits, options.max_embedding_inputs,
+                                   max_prompt_tokens);
+    int prompt_tokens = 0;
+    for (const auto& tokens : inputs) prompt_tokens += static_cast<int>(tokens.size());
+    // On the embedder's own thread; this one only waits.
+    auto vectors = embedder->embed(std::move(inputs));
+    if (!vectors) throw HttpException{http_error(vectors.error(), "input")};
     json out = {{"object", "list"},
-                {"data", std::move(data)},
+                {"data", embeddings_json(std::move(*vectors), format)},
                 {"model", model_id},
                 {"usage", {{"prompt_tokens", prompt_tokens}, {"total_tokens", prompt_tokens}}}};
     res.set_content(dump(out), "application/json");

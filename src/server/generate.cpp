@@ -117,25 +117,110 @@ json completion_logprobs(const std::vector<TokenLogprobs>& all) {
             {"text_offset", offsets}};
 }
 
-struct Reply {
-    std::string id;
-    std::string model;
-    std::int64_t created = 0;
-    bool chat = false;
+std::string sse(const json& data) {
+    return "data: " + dump(data) + "\n\n";
+}
 
+// The OpenAI wire format of one reply, whole or streamed, for /v1/completions and
+// /v1/chat/completions: both shapes come from the same pieces (envelope, message, logprobs).
+class OpenAiReply {
+  public:
+    OpenAiReply(std::string id, std::string model, bool chat, bool logprobs, bool include_usage,
+                const ChatPrompt& prompt)
+        : id_(std::move(id)),
+          model_(std::move(model)),
+          created_(unix_now()),
+          chat_(chat),
+          logprobs_(logprobs),
+          include_usage_(include_usage),
+          prompt_(prompt),
+          parser_(prompt) {}
+
+    const std::string& id() const { return id_; }
+
+    // The complete response body.
+    json whole(const Generation& gen) const {
+        json out = envelope(chat_ ? "chat.completion" : "text_completion");
+        json choice = {{"index", 0}, {"finish_reason", finish_name(gen.finish_reason)}};
+        if (chat_) {
+            const ChatMessage parsed =
+                ChatTemplate::parse(gen.text, prompt_, gen.finish_reason == FinishReason::stop);
+            choice["finish_reason"] = finish_name(gen.finish_reason, !parsed.tool_calls.empty());
+            choice["message"] = message_json(parsed);
+        } else {
+            choice["text"] = gen.text;
+        }
+        choice["logprobs"] = logprobs_ ? logprobs_json(gen.logprobs) : json(nullptr);
+        out["choices"] = json::array({choice});
+        out["usage"] = usage_json(gen);
+        return out;
+    }
+
+    // Server-sent events for one streamed piece (empty when it shows nothing yet).
+    std::string piece(const StreamPiece& piece) {
+        std::string out = start();
+        if (piece.text.empty() && !piece.logprobs) return out;
+        json lp = nullptr;
+        if (logprobs_ && piece.logprobs) lp = logprobs_json({*piece.logprobs});
+        if (!chat_) return out + sse(chunk(piece.text, nullptr, lp));
+        if (const ChatDelta d = parser_.push(piece.text); !d.empty() || !lp.is_null())
+            out += sse(chunk(delta_json(d), nullptr, lp));
+        return out;
+    }
+
+    // The last events of a stream: the rest of the reply, its finish reason, the usage when
+    // asked for (or the error), then [DONE].
+    std::string last(const Generation& gen) {
+        std::string out = start();
+        if (gen.error) return out + sse(http_error(*gen.error).body()) + "data: [DONE]\n\n";
+        bool tool_calls = false;
+        if (chat_) {
+            const bool complete = gen.finish_reason == FinishReason::stop;
+            if (const ChatDelta d = parser_.finish(complete); !d.empty())
+                out += sse(chunk(delta_json(d), nullptr, nullptr));
+            tool_calls = !parser_.message().tool_calls.empty();
+        }
+        out += sse(chunk(chat_ ? json::object() : json(""),
+                         finish_name(gen.finish_reason, tool_calls), nullptr));
+        if (include_usage_) {
+            json u = envelope(chat_ ? "chat.completion.chunk" : "text_completion");
+            u["choices"] = json::array();
+            u["usage"] = usage_json(gen);
+            out += sse(u);
+        }
+        return out + "data: [DONE]\n\n";
+    }
+
+  private:
     json envelope(const char* object) const {
-        return {{"id", id}, {"object", object}, {"created", created}, {"model", model}};
+        return {{"id", id_}, {"object", object}, {"created", created_}, {"model", model_}};
     }
     json chunk(json delta_or_text, const json& finish, const json& logprobs) const {
-        json c = envelope(chat ? "chat.completion.chunk" : "text_completion");
+        json c = envelope(chat_ ? "chat.completion.chunk" : "text_completion");
         json choice = {{"index", 0}, {"finish_reason", finish}, {"logprobs", logprobs}};
-        if (chat)
-            choice["delta"] = std::move(delta_or_text);
-        else
-            choice["text"] = std::move(delta_or_text);
+        choice[chat_ ? "delta" : "text"] = std::move(delta_or_text);
         c["choices"] = json::array({choice});
         return c;
     }
+    json logprobs_json(const std::vector<TokenLogprobs>& all) const {
+        return chat_ ? chat_logprobs(all) : completion_logprobs(all);
+    }
+    // A chat stream opens with the assistant's role, once.
+    std::string start() {
+        if (!chat_ || started_) return {};
+        started_ = true;
+        return sse(chunk({{"role", "assistant"}, {"content", ""}}, nullptr, nullptr));
+    }
+
+    std::string id_;
+    std::string model_;
+    std::int64_t created_ = 0;
+    bool chat_ = false;
+    bool logprobs_ = false;
+    bool include_usage_ = false;
+    ChatPrompt prompt_;        // chat: how to parse the reply
+    ChatStreamParser parser_;  // chat, streamed
+    bool started_ = false;
 };
 
 // A finished generation's part of its access-log line.
@@ -149,204 +234,140 @@ std::string log_fields(const Completion& c) {
         g.timings.total_ms, g.error ? " error=" + std::string(to_string(g.error->code)) : "");
 }
 
-std::string sse(const json& data) {
-    return "data: " + dump(data) + "\n\n";
+// Waits for a request's next events. Whole and streamed replies notice a departed client the
+// same way: `gone()` is asked at least every 50 ms, between events too (tokens keep arriving
+// while nobody may be left to read them), and a client that is gone cancels the request.
+class ClientWatch {
+  public:
+    // False once the final event was returned.
+    template <typename Gone>
+    bool next(RequestHandle& handle, EngineEvent& event, Gone&& gone) {
+        for (;;) {
+            const auto got = handle.next_for(event, look_every);
+            if (got == RequestHandle::Wait::closed) return false;
+            if (const auto now = std::chrono::steady_clock::now(); now >= next_look_) {
+                if (gone()) handle.cancel();
+                next_look_ = now + look_every;
+            }
+            if (got == RequestHandle::Wait::event) return true;
+        }
+    }
+
+  private:
+    static constexpr auto look_every = std::chrono::milliseconds(50);
+    std::chrono::steady_clock::time_point next_look_ =
+        std::chrono::steady_clock::now() + look_every;
+};
+
+// The request field an error from submitting names: the prompt for a prompt too long; for chat
+// the field when the error does (messages[2].role, tools[0].name), tools for a grammar or schema
+// that cannot be combined with tools, messages for a template that fails; else its context.
+std::string error_param(const Error& e, bool chat) {
+    if (e.code == ErrorCode::context_overflow) return chat ? "messages" : "prompt";
+    if (!chat) return {};
+    const std::string& where = e.context;
+    if (where.starts_with("messages") || where.starts_with("tool")) return where;
+    if (where == "grammar" || where == "json_schema") return "tools";
+    if (e.code == ErrorCode::template_error) return "messages";
+    return {};
 }
 
+// Streaming: the provider runs on this connection's thread until the final event.
+struct Stream {
+    Stream(RequestHandle h, OpenAiReply r, InFlight c)
+        : handle(std::move(h)), reply(std::move(r)), counted(std::move(c)) {}
+    Stream(const Stream&) = delete;
+    Stream& operator=(const Stream&) = delete;
+    ~Stream() {
+        if (server) server->access_log(method, path, 200, bytes, reply.id(), fields);
+    }
+
+    RequestHandle handle;
+    OpenAiReply reply;
+    InFlight counted;
+    ClientWatch watch;
+    // The access-log line, written when the stream ends however it ends.
+    const ServerState* server = nullptr;
+    std::string method, path;
+    std::size_t bytes = 0;
+    std::string fields = "finish=disconnected";
+};
+
 }  // namespace
+
+ChatSubmission ServerState::submit(GenerationRequest& g, bool chat) {
+    if (!g.model.empty()) check_model(g.model);
+    g.engine.options.timeout = options.request_timeout;
+    g.engine.max_prompt_tokens = static_cast<std::size_t>(max_prompt_tokens);
+    if (chat && !chat_template) {
+        throw HttpException{http_error(Error{ErrorCode::template_error, chat_template_error, {}},
+                                       "messages", "no_chat_template")};
+    }
+    if (chat) {
+        auto submitted =
+            engine.submit_chat(*chat_template, g.messages, std::move(g.engine), g.render);
+        if (!submitted)
+            throw HttpException{
+                http_error(submitted.error(), error_param(submitted.error(), true))};
+        return std::move(*submitted);
+    }
+    auto submitted = g.prompt_text.empty() ? engine.submit(std::move(g.engine))
+                                           : engine.submit(g.prompt_text, std::move(g.engine));
+    if (!submitted)
+        throw HttpException{http_error(submitted.error(), error_param(submitted.error(), false))};
+    return {std::move(*submitted), ChatPrompt{}};
+}
 
 void ServerState::generate(const httplib::Request& req, httplib::Response& res, bool chat) {
     // Counted from the start, so a drain that begins now waits for this request (checked again
     // here: the pre-routing check may have passed just before the drain began).
     InFlight counted(*this);
-    if (draining)
-        throw HttpException{{503, "server_error", "draining", "", "the server is shutting down"}};
-    const json body = parse_body(req.body);
-    GenerationRequest g = chat ? parse_chat(body, limits) : parse_completion(body, limits);
-    if (!g.model.empty() && g.model != model_id)
-        throw HttpException{{404, "invalid_request_error", "model_not_found", "model",
-                             fmt::format("the model '{}' does not exist", g.model)}};
-    g.engine.options.timeout = options.request_timeout;
-
-    ChatPrompt rendered;
-    if (chat) {
-        if (!chat_template)
-            throw HttpException{{400, "invalid_request_error", "no_chat_template", "messages",
-                                 chat_template_error}};
-        auto prompt = chat_template->render(g.messages, g.render);
-        if (!prompt) {
-            // Name the field when the error does (messages[2].role, tools[0].name), else messages.
-            const std::string& where = prompt.error().context;
-            const bool field = where.starts_with("messages") || where.starts_with("tool");
-            throw HttpException{http_error(prompt.error(), field ? where : "messages")};
-        }
-        rendered = std::move(*prompt);
-        g.engine.prompt = rendered.tokens;
-        if (auto ok = rendered.constrain(g.engine.options); !ok)
-            throw HttpException{http_error(ok.error(), "tools")};
-    } else if (!g.prompt_text.empty()) {
-        auto tokens = model.tokenizer().encode(g.prompt_text, g.engine.options.tokenize);
-        if (!tokens) throw HttpException{http_error(tokens.error(), "prompt")};
-        g.engine.prompt = std::move(*tokens);
-    }
-    if (static_cast<int>(g.engine.prompt.size()) > max_prompt_tokens)
-        throw HttpException{{413, "invalid_request_error", "context_length_exceeded",
-                             chat ? "messages" : "prompt",
-                             fmt::format("the prompt has {} tokens; at most {} are accepted",
-                                         g.engine.prompt.size(), max_prompt_tokens)}};
-    auto submitted = engine.submit(std::move(g.engine));
-    if (!submitted) throw HttpException{http_error(submitted.error())};
-
-    Reply reply;
-    reply.chat = chat;
-    reply.id = fmt::format("{}-{}", chat ? "chatcmpl" : "cmpl", next_id.fetch_add(1) + 1);
-    reply.model = model_id;
-    reply.created = unix_now();
-    res.set_header("X-Request-Id", reply.id);
-
+    if (draining) throw HttpException{draining_error()};
+    GenerationRequest g = chat ? parse_chat(parse_body(req.body), limits)
+                               : parse_completion(parse_body(req.body), limits);
+    ChatSubmission submitted = submit(g, chat);
+    OpenAiReply reply(fmt::format("{}-{}", chat ? "chatcmpl" : "cmpl", next_id.fetch_add(1) + 1),
+                      model_id, chat, g.logprobs, g.include_usage, submitted.prompt);
+    res.set_header("X-Request-Id", reply.id());
     if (!g.stream) {
-        RequestHandle& handle = *submitted;
         EngineEvent event;
         std::optional<Completion> done;
-        // Tokens keep arriving while nobody may be left to read the answer: look at the socket
-        // between them too, not only when the engine is quiet.
-        constexpr auto look_every = std::chrono::milliseconds(50);
-        auto next_look = std::chrono::steady_clock::now() + look_every;
-        for (;;) {
-            const auto got = handle.next_for(event, look_every);
-            if (got == RequestHandle::Wait::closed) break;
-            if (got == RequestHandle::Wait::event && event.final)
-                done = std::move(event.completion);
-            if (const auto now = std::chrono::steady_clock::now(); now >= next_look) {
-                if (!done && req.is_connection_closed()) handle.cancel();
-                next_look = now + look_every;
-            }
-        }
-        const Generation& gen = done->generation;
+        ClientWatch watch;
+        while (watch.next(submitted.handle, event, [&] { return req.is_connection_closed(); }))
+            if (event.final) done = std::move(event.completion);
         pending_log_fields() = log_fields(*done);
-        if (gen.error) throw HttpException{http_error(*gen.error)};
-        json out = reply.envelope(chat ? "chat.completion" : "text_completion");
-        json choice = {{"index", 0}, {"finish_reason", finish_name(gen.finish_reason)}};
-        if (chat) {
-            const ChatMessage parsed =
-                ChatTemplate::parse(gen.text, rendered, gen.finish_reason == FinishReason::stop);
-            choice["finish_reason"] = finish_name(gen.finish_reason, !parsed.tool_calls.empty());
-            choice["message"] = message_json(parsed);
-            choice["logprobs"] = g.logprobs ? chat_logprobs(gen.logprobs) : json(nullptr);
-        } else {
-            choice["text"] = gen.text;
-            choice["logprobs"] = g.logprobs ? completion_logprobs(gen.logprobs) : json(nullptr);
-        }
-        out["choices"] = json::array({choice});
-        out["usage"] = usage_json(gen);
-        res.set_content(dump(out), "application/json");
+        if (done->generation.error) throw HttpException{http_error(*done->generation.error)};
+        res.set_content(dump(reply.whole(done->generation)), "application/json");
         return;
     }
-
-    // Streaming: the provider runs on this connection's thread until the final event.
-    struct Stream {
-        Stream(RequestHandle h, Reply r, InFlight c, ChatStreamParser p)
-            : handle(std::move(h)),
-              reply(std::move(r)),
-              counted(std::move(c)),
-              parser(std::move(p)) {}
-        Stream(const Stream&) = delete;
-        Stream& operator=(const Stream&) = delete;
-
-        RequestHandle handle;
-        Reply reply;
-        bool include_usage = false;
-        bool logprobs = false;
-        bool started = false;
-        InFlight counted;
-        ChatStreamParser parser;  // chat only
-        // The access-log line, written when the stream ends however it ends.
-        const ServerState* server = nullptr;
-        std::string method, path;
-        std::size_t bytes = 0;
-        std::string fields = "finish=disconnected";
-
-        ~Stream() {
-            if (server) server->access_log(method, path, 200, bytes, reply.id, fields);
-        }
-    };
-    auto stream = std::make_shared<Stream>(std::move(*submitted), reply, std::move(counted),
-                                           ChatStreamParser(rendered));
-    stream->include_usage = g.include_usage;
-    stream->logprobs = g.logprobs;
+    auto stream =
+        std::make_shared<Stream>(std::move(submitted.handle), std::move(reply), std::move(counted));
     stream->method = req.method;
     stream->path = req.path;
     stream->server = this;
     res.set_header("Cache-Control", "no-cache");
-    res.set_chunked_content_provider("text/event-stream", [stream, chat](std::size_t,
-                                                                         httplib::DataSink& sink) {
-        Stream& s = *stream;
-        EngineEvent event;
-        for (;;) {
-            const auto got = s.handle.next_for(event, std::chrono::milliseconds(100));
-            if (got == RequestHandle::Wait::closed) {
+    res.set_chunked_content_provider(
+        "text/event-stream", [stream](std::size_t, httplib::DataSink& sink) {
+            Stream& s = *stream;
+            EngineEvent event;
+            if (!s.watch.next(s.handle, event, [&] { return !sink.is_writable(); })) {
                 sink.done();
                 return true;
             }
-            if (got == RequestHandle::Wait::timeout) {
-                if (!sink.is_writable()) {
-                    s.handle.cancel();
-                    return false;
-                }
-                continue;
-            }
-            break;
-        }
-        std::string out;
-        if (chat && !s.started) {
-            out += sse(s.reply.chunk({{"role", "assistant"}, {"content", ""}}, nullptr, nullptr));
-            s.started = true;
-        }
-        if (!event.final) {
-            if (!event.piece.text.empty() || event.piece.logprobs) {
-                json lp = nullptr;
-                if (s.logprobs && event.piece.logprobs) {
-                    lp = chat ? chat_logprobs({*event.piece.logprobs})
-                              : completion_logprobs({*event.piece.logprobs});
-                }
-                if (!chat) {
-                    out += sse(s.reply.chunk(event.piece.text, nullptr, lp));
-                } else if (const ChatDelta d = s.parser.push(event.piece.text);
-                           !d.empty() || !lp.is_null()) {
-                    out += sse(s.reply.chunk(delta_json(d), nullptr, lp));
-                }
-            }
-        } else {
-            const Generation& gen = event.completion->generation;
-            s.fields = log_fields(*event.completion);
-            if (gen.error) {
-                out += sse(http_error(*gen.error).body());
+            std::string out;
+            if (!event.final) {
+                out = s.reply.piece(event.piece);
             } else {
-                bool tool_calls = false;
-                if (chat) {
-                    const bool complete = gen.finish_reason == FinishReason::stop;
-                    if (const ChatDelta d = s.parser.finish(complete); !d.empty())
-                        out += sse(s.reply.chunk(delta_json(d), nullptr, nullptr));
-                    tool_calls = !s.parser.message().tool_calls.empty();
-                }
-                out += sse(s.reply.chunk(chat ? json::object() : json(""),
-                                         finish_name(gen.finish_reason, tool_calls), nullptr));
-                if (s.include_usage) {
-                    json u = s.reply.envelope(chat ? "chat.completion.chunk" : "text_completion");
-                    u["choices"] = json::array();
-                    u["usage"] = usage_json(gen);
-                    out += sse(u);
-                }
+                s.fields = log_fields(*event.completion);
+                out = s.reply.last(event.completion->generation);
             }
-            out += "data: [DONE]\n\n";
-        }
-        if (!out.empty() && !sink.write(out.data(), out.size())) {
-            s.handle.cancel();  // the client went away
-            return false;
-        }
-        s.bytes += out.size();
-        return true;
-    });
+            if (!out.empty() && !sink.write(out.data(), out.size())) {
+                s.handle.cancel();  // the client went away
+                return false;
+            }
+            s.bytes += out.size();
+            return true;
+        });
 }
 
 }  // namespace llamapp::detail

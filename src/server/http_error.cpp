@@ -13,7 +13,14 @@ HttpError invalid(std::string param, std::string message, std::string code) {
     return {400, "invalid_request_error", std::move(code), std::move(param), std::move(message)};
 }
 
-HttpError http_error(const Error& error, std::string param) {
+HttpError protocol_error(int status, std::string code, std::string message) {
+    const char* type = status == 401   ? "authentication_error"
+                       : status == 404 ? "not_found_error"
+                                       : "invalid_request_error";
+    return {status, type, std::move(code), "", std::move(message)};
+}
+
+HttpError http_error(const Error& error, std::string param, std::string code) {
     HttpError h;
     h.message = error.describe();
     h.param = param.empty() ? error.context : std::move(param);
@@ -60,6 +67,7 @@ HttpError http_error(const Error& error, std::string param) {
             h.param.clear();
             break;
     }
+    if (!code.empty()) h.code = std::move(code);
     return h;
 }
 

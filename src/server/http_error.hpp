@@ -25,7 +25,13 @@ inline std::string dump(const nlohmann::json& j) {
 }
 
 HttpError invalid(std::string param, std::string message, std::string code = "invalid_value");
-HttpError http_error(const Error& error, std::string param = {});
+// The one table from llamapp's ErrorCode to HTTP status and OpenAI error type. `param` names the
+// request field at fault (default: the error's context); `code` a more specific wire code than
+// the ErrorCode's name (e.g. "model_not_found" for not_found).
+HttpError http_error(const Error& error, std::string param = {}, std::string code = {});
+// What the HTTP layer refuses before a request reaches llamapp, where no ErrorCode applies: an
+// unknown route, a body over the limit, bad framing, a missing API key.
+HttpError protocol_error(int status, std::string code, std::string message);
 
 // Thrown inside request handlers and turned into a response at the top; never escapes them.
 struct HttpException {

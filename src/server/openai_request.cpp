@@ -44,26 +44,8 @@ bool boolean(const json& v, const std::string& name) {
     return v.get<bool>();
 }
 
-// Fields every generation request shares: sampling, limits, streaming, extensions.
-void parse_common(const json& body, const RequestLimits& limits, GenerationRequest& out,
-                  bool chat) {
-    GenerateOptions& o = out.engine.options;
-    SamplingParams& s = o.sampling;
-    if (const json* v = optional_field(body, "model")) out.model = string_field(*v, "model");
-    if (const json* v = optional_field(body, "stream")) out.stream = boolean(*v, "stream");
-    if (const json* v = optional_field(body, "stream_options")) {
-        if (!v->is_object())
-            reject("stream_options", "'stream_options' must be an object", "invalid_type");
-        if (const json* u = optional_field(*v, "include_usage"))
-            out.include_usage = boolean(*u, "stream_options.include_usage");
-    }
-    o.max_tokens = limits.max_tokens;
-    for (const char* name : {"max_tokens", "max_completion_tokens"}) {
-        if (const json* v = optional_field(body, name))
-            o.max_tokens = static_cast<int>(integer(*v, name, 1, limits.max_tokens));
-    }
-    if (const json* v = optional_field(body, "n"); v && integer(*v, "n", 1, 1) != 1)
-        reject("n", "only n = 1 is supported");
+// temperature, top_p, top_k, min_p, the penalties and the seed.
+void parse_sampling(const json& body, const RequestLimits& limits, SamplingParams& s) {
     if (const json* v = optional_field(body, "temperature"))
         s.temperature = static_cast<float>(number(*v, "temperature", 0, 2));
     if (const json* v = optional_field(body, "top_p"))
@@ -84,6 +66,9 @@ void parse_common(const json& body, const RequestLimits& limits, GenerationReque
             static_cast<std::uint32_t>(integer(*v, "seed", std::numeric_limits<long long>::min(),
                                                std::numeric_limits<long long>::max()));
     }
+}
+
+void parse_stop(const json& body, const RequestLimits& limits, GenerateOptions& o) {
     if (const json* v = optional_field(body, "stop")) {
         if (v->is_string()) {
             o.stop.push_back(v->get<std::string>());
@@ -98,6 +83,9 @@ void parse_common(const json& body, const RequestLimits& limits, GenerationReque
             if (stop.empty()) reject("stop", "stop strings must not be empty");
         }
     }
+}
+
+void parse_logit_bias(const json& body, const RequestLimits& limits, SamplingParams& s) {
     if (const json* v = optional_field(body, "logit_bias")) {
         if (!v->is_object()) reject("logit_bias", "'logit_bias' must be an object", "invalid_type");
         for (const auto& [key, bias] : v->items()) {
@@ -114,6 +102,10 @@ void parse_common(const json& body, const RequestLimits& limits, GenerationReque
                                     static_cast<float>(number(bias, "logit_bias", -100, 100))});
         }
     }
+}
+
+// Chat: logprobs (bool) and top_logprobs; completions: logprobs (the number of alternatives).
+void parse_logprobs(const json& body, bool chat, GenerationRequest& out) {
     if (chat) {
         if (const json* v = optional_field(body, "logprobs"))
             out.logprobs = boolean(*v, "logprobs");
@@ -125,8 +117,12 @@ void parse_common(const json& body, const RequestLimits& limits, GenerationReque
         out.top_logprobs = static_cast<int>(integer(*v, "logprobs", 0, 5));
         out.logprobs = true;
     }
-    o.logprobs = out.logprobs;
-    o.top_logprobs = out.top_logprobs;
+    out.engine.options.logprobs = out.logprobs;
+    out.engine.options.top_logprobs = out.top_logprobs;
+}
+
+// JSON mode and JSON schema, enforced by grammar.
+void parse_response_format(const json& body, SamplingParams& s) {
     if (const json* v = optional_field(body, "response_format")) {
         if (!v->is_object())
             reject("response_format", "'response_format' must be an object", "invalid_type");
@@ -150,6 +146,33 @@ void parse_common(const json& body, const RequestLimits& limits, GenerationReque
         if (!s.json_schema.empty())
             reject("grammar", "'grammar' and a JSON response_format exclude each other");
     }
+}
+
+// Fields every generation request shares: sampling, limits, streaming, extensions.
+void parse_common(const json& body, const RequestLimits& limits, GenerationRequest& out,
+                  bool chat) {
+    GenerateOptions& o = out.engine.options;
+    SamplingParams& s = o.sampling;
+    if (const json* v = optional_field(body, "model")) out.model = string_field(*v, "model");
+    if (const json* v = optional_field(body, "stream")) out.stream = boolean(*v, "stream");
+    if (const json* v = optional_field(body, "stream_options")) {
+        if (!v->is_object())
+            reject("stream_options", "'stream_options' must be an object", "invalid_type");
+        if (const json* u = optional_field(*v, "include_usage"))
+            out.include_usage = boolean(*u, "stream_options.include_usage");
+    }
+    o.max_tokens = limits.max_tokens;
+    for (const char* name : {"max_tokens", "max_completion_tokens"}) {
+        if (const json* v = optional_field(body, name))
+            o.max_tokens = static_cast<int>(integer(*v, name, 1, limits.max_tokens));
+    }
+    if (const json* v = optional_field(body, "n"); v && integer(*v, "n", 1, 1) != 1)
+        reject("n", "only n = 1 is supported");
+    parse_sampling(body, limits, s);
+    parse_stop(body, limits, o);
+    parse_logit_bias(body, limits, s);
+    parse_logprobs(body, chat, out);
+    parse_response_format(body, s);
     if (const json* v = optional_field(body, "session"))
         out.engine.session = string_field(*v, "session");
     if (const json* v = optional_field(body, "ignore_eos"))

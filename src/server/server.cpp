@@ -15,12 +15,6 @@ using namespace detail;
 
 namespace {
 
-// A model without a template still chats: ChatML is the most common convention.
-constexpr const char* fallback_chat_template =
-    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + "
-    "message['content'] + '<|im_end|>' + '\\n' }}{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
-
 bool constant_time_equal(const std::string& a, const std::string& b) {
     unsigned char diff = a.size() == b.size() ? 0 : 1;
     for (std::size_t i = 0; i < a.size(); ++i)
@@ -57,15 +51,20 @@ Result<std::unique_ptr<Server>> Server::create(const Model& model, Engine& engin
     s.limits.max_tokens = options.max_tokens > 0 ? std::min(options.max_tokens, n_ctx) : n_ctx;
     s.limits.max_stop_strings = options.max_stop_strings;
     s.limits.vocab_size = model.tokenizer().vocab_size();
-    std::string source = options.chat_template;
-    if (source.empty() && !model.info().chat_template) source = fallback_chat_template;
-    if (auto t = ChatTemplate::create(model, source); t) {
+    if (auto t = ChatTemplate::create(model, options.chat_template, MissingTemplate::chatml); t) {
         s.chat_template = std::move(*t);
     } else {
         if (!options.chat_template.empty()) return std::unexpected(t.error());
         s.chat_template_error = t.error().describe();
         log(LogLevel::warning, "server: /v1/chat/completions is off: {}", s.chat_template_error);
     }
+    EmbedderOptions embed;
+    embed.context.n_ctx = s.max_prompt_tokens;
+    embed.context.n_batch = embed.context.n_ctx;
+    embed.context.n_ubatch = embed.context.n_ctx;
+    auto embedder = Embedder::create(model, embed);
+    if (!embedder) return std::unexpected(embedder.error());
+    s.embedder.emplace(std::move(*embedder));
     // A connection waits for a thread before anything reads its request, where no queue bound,
     // deadline or disconnect check can see it: enough threads for every slot, the whole engine
     // queue (whose overflow then gets its 429) and headroom for health checks and metrics.
@@ -134,6 +133,18 @@ void Server::drain() {
 
 namespace detail {
 
+void ServerState::check_model(const std::string& name) const {
+    if (name == model_id) return;
+    throw HttpException{http_error(
+        Error{ErrorCode::not_found, fmt::format("the model '{}' does not exist", name), {}},
+        "model", "model_not_found")};
+}
+
+HttpError draining_error() {
+    return http_error(Error{ErrorCode::shutting_down, "the server is shutting down", {}}, "",
+                      "draining");
+}
+
 void ServerState::send_error(httplib::Response& res, const HttpError& error) const {
     res.status = error.status;
     if (error.status == 429) res.set_header("Retry-After", "1");
@@ -163,7 +174,50 @@ void ServerState::access_log(const std::string& method, const std::string& path,
         fields.empty() ? "" : " ", fields);
 }
 
-void ServerState::register_routes() {
+// CORS, the API key and drain, before any route runs.
+httplib::Server::HandlerResponse ServerState::pre_route(const httplib::Request& req,
+                                                        httplib::Response& res) {
+    const std::string origin = req.get_header_value("Origin");
+    if (!origin.empty() && std::find(options.cors_origins.begin(), options.cors_origins.end(),
+                                     origin) != options.cors_origins.end()) {
+        res.set_header("Access-Control-Allow-Origin", origin);
+        res.set_header("Vary", "Origin");
+        res.set_header("Access-Control-Allow-Headers", "Authorization, Content-Type");
+        res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+        if (req.method == "OPTIONS") {
+            res.status = 204;
+            return httplib::Server::HandlerResponse::Handled;
+        }
+    }
+    if (!public_route(req.path) && !authorized(req)) {
+        send_error(res, protocol_error(401, "invalid_api_key",
+                                       "a valid API key is required (Authorization: Bearer ...)"));
+        return httplib::Server::HandlerResponse::Handled;
+    }
+    if (draining && req.method == "POST") {
+        send_error(res, draining_error());
+        return httplib::Server::HandlerResponse::Handled;
+    }
+    return httplib::Server::HandlerResponse::Unhandled;
+}
+
+// Anything httplib answers itself (unknown route, body too large, bad framing) gets the same
+// JSON shape.
+void ServerState::answer_protocol_error(const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    if (res.status == 404) {
+        send_error(res, protocol_error(404, "unknown_route",
+                                       fmt::format("no route {} {}", req.method, req.path)));
+    } else if (res.status == 413) {
+        send_error(
+            res, protocol_error(413, "body_too_large",
+                                fmt::format("the body exceeds {} bytes", options.max_body_bytes)));
+    } else {
+        send_error(res, protocol_error(res.status, "bad_request", "the request could not be read"));
+    }
+}
+
+void ServerState::install_hooks() {
     http.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
         std::string fields = std::exchange(pending_log_fields(), {});
         if (res.get_header_value("Content-Type") == "text/event-stream") return;  // logs itself
@@ -171,47 +225,14 @@ void ServerState::register_routes() {
                    res.get_header_value("X-Request-Id"), fields);
     });
     http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-        const std::string origin = req.get_header_value("Origin");
-        if (!origin.empty() && std::find(options.cors_origins.begin(), options.cors_origins.end(),
-                                         origin) != options.cors_origins.end()) {
-            res.set_header("Access-Control-Allow-Origin", origin);
-            res.set_header("Vary", "Origin");
-            res.set_header("Access-Control-Allow-Headers", "Authorization, Content-Type");
-            res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
-            if (req.method == "OPTIONS") {
-                res.status = 204;
-                return httplib::Server::HandlerResponse::Handled;
-            }
-        }
-        if (!public_route(req.path) && !authorized(req)) {
-            send_error(res, {401, "authentication_error", "invalid_api_key", "",
-                             "a valid API key is required (Authorization: Bearer ...)"});
-            return httplib::Server::HandlerResponse::Handled;
-        }
-        if (draining && req.method == "POST") {
-            send_error(res, {503, "server_error", "draining", "", "the server is shutting down"});
-            return httplib::Server::HandlerResponse::Handled;
-        }
-        return httplib::Server::HandlerResponse::Unhandled;
+        return pre_route(req, res);
     });
-    // Anything httplib answers itself (unknown route, body too large, bad framing) gets the
-    // same JSON shape.
     http.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
-        if (!res.body.empty()) return;
-        if (res.status == 404) {
-            send_error(res, {404, "not_found_error", "unknown_route", "",
-                             fmt::format("no route {} {}", req.method, req.path)});
-        } else if (res.status == 413) {
-            send_error(res, {413, "invalid_request_error", "body_too_large", "",
-                             fmt::format("the body exceeds {} bytes", options.max_body_bytes)});
-        } else {
-            send_error(res, {res.status, "invalid_request_error", "bad_request", "",
-                             "the request could not be read"});
-        }
+        answer_protocol_error(req, res);
     });
     http.set_exception_handler(
         [this](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
-            HttpError e{500, "server_error", "internal", "", "internal error"};
+            HttpError e = http_error(Error{ErrorCode::internal, "internal error", {}});
             try {
                 std::rethrow_exception(ep);
             } catch (const HttpException& h) {
@@ -222,80 +243,85 @@ void ServerState::register_routes() {
             }
             send_error(res, e);
         });
+}
 
-    auto health = [this](const httplib::Request&, httplib::Response& res) {
-        const EngineStats st = engine.stats();
-        const bool ready = !draining && st.queued_requests < st.max_queued_requests;
-        json body = {{"status", ready ? "ok" : (draining ? "draining" : "busy")},
-                     {"slots", st.slots},
-                     {"busy_slots", st.busy_slots},
-                     {"queued_requests", st.queued_requests},
-                     {"prefix_reuse", engine.reuse_modes().describe()}};
-        res.status = ready ? 200 : 503;
-        res.set_content(dump(body), "application/json");
-    };
-    http.Get("/health", health);
-    http.Get("/health/ready", health);
-    http.Get("/health/live", [](const httplib::Request&, httplib::Response& res) {
-        res.set_content(R"({"status":"ok"})", "application/json");
-    });
-    http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
-        json models = {{"object", "list"},
-                       {"data",
-                        {{{"id", model_id},
-                          {"object", "model"},
-                          {"created", 0},
-                          {"owned_by", "llamapp"},
-                          {"meta",
-                           {{"n_ctx", engine.n_ctx()},
-                            {"n_vocab", limits.vocab_size},
-                            {"architecture", model.info().architecture}}}}}}};
-        res.set_content(dump(models), "application/json");
-    });
-    http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+void ServerState::health(httplib::Response& res) const {
+    const EngineStats st = engine.stats();
+    const bool ready = !draining && st.queued_requests < st.max_queued_requests;
+    json body = {{"status", ready ? "ok" : (draining ? "draining" : "busy")},
+                 {"slots", st.slots},
+                 {"busy_slots", st.busy_slots},
+                 {"queued_requests", st.queued_requests},
+                 {"prefix_reuse", engine.reuse_modes().describe()}};
+    res.status = ready ? 200 : 503;
+    res.set_content(dump(body), "application/json");
+}
+
+void ServerState::models(httplib::Response& res) const {
+    json models = {{"object", "list"},
+                   {"data",
+                    {{{"id", model_id},
+                      {"object", "model"},
+                      {"created", 0},
+                      {"owned_by", "llamapp"},
+                      {"meta",
+                       {{"n_ctx", engine.n_ctx()},
+                        {"n_vocab", limits.vocab_size},
+                        {"architecture", model.info().architecture}}}}}}};
+    res.set_content(dump(models), "application/json");
+}
+
+void ServerState::tokenize(const httplib::Request& req, httplib::Response& res) const {
+    const json body = parse_body(req.body);
+    const json* content = optional_field(body, "content");
+    if (!content) throw HttpException{invalid("content", "'content' is required")};
+    TokenizeOptions t;
+    if (const json* v = optional_field(body, "add_special")) {
+        if (!v->is_boolean()) throw HttpException{invalid("add_special", "must be a boolean")};
+        t.add_special = v->get<bool>();
+    }
+    auto tokens = model.tokenizer().encode(string_field(*content, "content"), t);
+    if (!tokens) throw HttpException{http_error(tokens.error(), "content")};
+    res.set_content(dump(json{{"tokens", *tokens}}), "application/json");
+}
+
+void ServerState::detokenize(const httplib::Request& req, httplib::Response& res) const {
+    const json body = parse_body(req.body);
+    const json* tokens = optional_field(body, "tokens");
+    if (!tokens || !tokens->is_array())
+        throw HttpException{invalid("tokens", "'tokens' must be an array of token ids")};
+    std::vector<Token> ids;
+    for (const auto& t : *tokens) {
+        if (!t.is_number_integer() || t.get<long long>() < 0 ||
+            t.get<long long>() >= limits.vocab_size)
+            throw HttpException{invalid("tokens", "not a token id of this model")};
+        ids.push_back(t.get<Token>());
+    }
+    auto text = model.tokenizer().decode(ids);
+    if (!text) throw HttpException{http_error(text.error(), "tokens")};
+    res.set_content(dump(json{{"content", *text}}), "application/json");
+}
+
+void ServerState::register_routes() {
+    install_hooks();
+    using Req = const httplib::Request&;
+    using Res = httplib::Response&;
+    http.Get("/health", [this](Req, Res res) { health(res); });
+    http.Get("/health/ready", [this](Req, Res res) { health(res); });
+    http.Get("/health/live",
+             [](Req, Res res) { res.set_content(R"({"status":"ok"})", "application/json"); });
+    http.Get("/v1/models", [this](Req, Res res) { models(res); });
+    http.Get("/metrics", [this](Req, Res res) {
         std::string text = engine.metrics().prometheus_text();
         if (store && &store->metrics() != &engine.metrics())
             text += store->metrics().prometheus_text();
         res.set_content(text, "text/plain; version=0.0.4");
     });
-    http.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
-        const json body = parse_body(req.body);
-        const json* content = optional_field(body, "content");
-        if (!content) throw HttpException{invalid("content", "'content' is required")};
-        TokenizeOptions t;
-        if (const json* v = optional_field(body, "add_special")) {
-            if (!v->is_boolean()) throw HttpException{invalid("add_special", "must be a boolean")};
-            t.add_special = v->get<bool>();
-        }
-        auto tokens = model.tokenizer().encode(string_field(*content, "content"), t);
-        if (!tokens) throw HttpException{http_error(tokens.error(), "content")};
-        res.set_content(dump(json{{"tokens", *tokens}}), "application/json");
-    });
-    http.Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) {
-        const json body = parse_body(req.body);
-        const json* tokens = optional_field(body, "tokens");
-        if (!tokens || !tokens->is_array())
-            throw HttpException{invalid("tokens", "'tokens' must be an array of token ids")};
-        std::vector<Token> ids;
-        for (const auto& t : *tokens) {
-            if (!t.is_number_integer() || t.get<long long>() < 0 ||
-                t.get<long long>() >= limits.vocab_size)
-                throw HttpException{invalid("tokens", "not a token id of this model")};
-            ids.push_back(t.get<Token>());
-        }
-        auto text = model.tokenizer().decode(ids);
-        if (!text) throw HttpException{http_error(text.error(), "tokens")};
-        res.set_content(dump(json{{"content", *text}}), "application/json");
-    });
-    http.Post("/v1/embeddings", [this](const httplib::Request& req, httplib::Response& res) {
-        embeddings(req, res);
-    });
-    http.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
-        generate(req, res, false);
-    });
-    http.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
-        generate(req, res, true);
-    });
+    http.Post("/tokenize", [this](Req req, Res res) { tokenize(req, res); });
+    http.Post("/detokenize", [this](Req req, Res res) { detokenize(req, res); });
+    http.Post("/v1/embeddings", [this](Req req, Res res) { embeddings(req, res); });
+    http.Post("/v1/completions", [this](Req req, Res res) { generate(req, res, false); });
+    http.Post("/v1/chat/completions", [this](Req req, Res res) { generate(req, res, true); });
     register_cache_routes();
 }
 

@@ -24,18 +24,21 @@ CliRun run(const std::string& args, bool with_stderr = true) {
     return llamapp::test::run_command("bash -c '" + quoted + "'");
 }
 
-const std::string stories = llamapp::test::shared_model("stories260K.gguf").string();
+// A function, not a constant: a missing fixture fails the tests that use it, not the binary.
+std::string stories() {
+    return llamapp::test::shared_model("stories260K.gguf").string();
+}
 
 }  // namespace
 
 TEST(Cli, RunPrintsTheGoldenGreedyText) {
-    CliRun r = run("run -m " + stories + " -p 'Once upon a time' -n 30 --temp 0", false);
+    CliRun r = run("run -m " + stories() + " -p 'Once upon a time' -n 30 --temp 0", false);
     ASSERT_EQ(r.status, 0) << r.out;
     EXPECT_EQ(r.out.rfind("Once upon a time, there was a little girl named Lily.", 0), 0u) << r.out;
 }
 
 TEST(Cli, RunJsonHasUsageAndTimings) {
-    CliRun r = run("run -m " + stories + " -p 'The cat' -n 12 --temp 0 --json", false);
+    CliRun r = run("run -m " + stories() + " -p 'The cat' -n 12 --temp 0 --json", false);
     ASSERT_EQ(r.status, 0) << r.out;
     auto j = nlohmann::json::parse(r.out);
     EXPECT_EQ(j["usage"]["completion_tokens"], 12);
@@ -47,7 +50,7 @@ TEST(Cli, RunJsonHasUsageAndTimings) {
 // Two processes: the second finds the first one's prompt on disk and answers the same.
 TEST(Cli, RestartServesThePromptFromTheDiskCache) {
     llamapp::test::TempDir dir;
-    const std::string args = "run -m " + stories + " --json --temp 0 -n 16 --cache-ram 0 " +
+    const std::string args = "run -m " + stories() + " --json --temp 0 -n 16 --cache-ram 0 " +
                              "--cache-min-tokens 16 --cache-disk " + dir.path().string() +
                              " -p 'Once upon a time, there was a little girl named Lily. She " +
                              "loved to play outside in the park with her friends.'";
@@ -64,7 +67,7 @@ TEST(Cli, RestartServesThePromptFromTheDiskCache) {
               first["usage"]["prompt_tokens"].get<int>() - 1);
     EXPECT_EQ(second["text"], first["text"]);
     // Bad cache options are typed errors.
-    CliRun bad = run("run -m " + stories + " -p x -n 1 --cache-disk /proc/nope");
+    CliRun bad = run("run -m " + stories() + " -p x -n 1 --cache-disk /proc/nope");
     EXPECT_NE(bad.status, 0);
     EXPECT_NE(bad.out.find("cache directory"), std::string::npos) << bad.out;
 }
@@ -73,7 +76,7 @@ TEST(Cli, CacheShowsPrunesAndClearsADirectory) {
     llamapp::test::TempDir dir;
     const std::string at = " --cache-disk " + dir.path().string();
     auto fill = [&](const std::string& prompt) {
-        CliRun r = run("run -m " + stories + " -n 8 --temp 0 --cache-ram 0 --cache-min-tokens 8" +
+        CliRun r = run("run -m " + stories() + " -n 8 --temp 0 --cache-ram 0 --cache-min-tokens 8" +
                            at + " -p '" + prompt + "'",
                        false);
         ASSERT_EQ(r.status, 0) << r.out;
@@ -124,12 +127,12 @@ TEST(Cli, ErrorsAreOneLineAndNonZero) {
     const std::pair<std::string, std::string> cases[] = {
         {"run -m /nonexistent.gguf -p hi", "[file_not_found]"},
         {"run -m /tmp -p hi", "[is_directory]"},
-        {"run -m " + stories + " -p hi -c -5", "[invalid_argument]"},
-        {"run -m " + stories + " -p hi -ctk q9_9", "[invalid_argument]"},
-        {"run -m " + stories + " -p hi -n 0", "[invalid_argument]"},
-        {"run -m " + stories + " -p hi --grammar 'root ::= ('", "[invalid_grammar]"},
-        {"run -m " + stories + " -p hi --json-schema '{bad'", "[invalid_json_schema]"},
-        {"run -m " + stories + " -p hi --top-p 7", "[invalid_argument]"},
+        {"run -m " + stories() + " -p hi -c -5", "[invalid_argument]"},
+        {"run -m " + stories() + " -p hi -ctk q9_9", "[invalid_argument]"},
+        {"run -m " + stories() + " -p hi -n 0", "[invalid_argument]"},
+        {"run -m " + stories() + " -p hi --grammar 'root ::= ('", "[invalid_grammar]"},
+        {"run -m " + stories() + " -p hi --json-schema '{bad'", "[invalid_json_schema]"},
+        {"run -m " + stories() + " -p hi --top-p 7", "[invalid_argument]"},
         {"info -m /nonexistent.gguf", "[file_not_found]"},
     };
     for (const auto& [args, code] : cases) {
@@ -141,13 +144,13 @@ TEST(Cli, ErrorsAreOneLineAndNonZero) {
 }
 
 TEST(Cli, InfoTokenizeEmbedDevices) {
-    CliRun info = run("info -m " + stories + " --json --sha256", false);
+    CliRun info = run("info -m " + stories() + " --json --sha256", false);
     ASSERT_EQ(info.status, 0) << info.out;
     auto j = nlohmann::json::parse(info.out);
     EXPECT_EQ(j["n_layer"], 5);
     EXPECT_EQ(j["sha256"], "270cba1bd5109f42d03350f60406024560464db173c0e387d91f0426d3bd256d");
 
-    CliRun table = run("info -m " + stories, false);
+    CliRun table = run("info -m " + stories(), false);
     EXPECT_NE(table.out.find("architecture       llama"), std::string::npos) << table.out;
 
     CliRun tok = run("tokenize -m " +
@@ -157,7 +160,7 @@ TEST(Cli, InfoTokenizeEmbedDevices) {
     ASSERT_EQ(tok.status, 0) << tok.out;
     EXPECT_EQ(nlohmann::json::parse(tok.out), nlohmann::json::parse("[15043, 3186]"));
 
-    CliRun emb = run("embed -m " + stories + " -p one -p two", false);
+    CliRun emb = run("embed -m " + stories() + " -p one -p two", false);
     ASSERT_EQ(emb.status, 0) << emb.out;
     auto e = nlohmann::json::parse(emb.out);
     ASSERT_EQ(e.size(), 2u);
@@ -186,6 +189,21 @@ TEST(Cli, ChatReplKeepsHistory) {
     EXPECT_GT(second, first);
     ASSERT_TRUE(turns[1][3].matched) << r.out;
     EXPECT_GE(std::stoi(turns[1][3]), first);  // the whole first turn, reply included
+}
+
+// One policy for models without a template (ChatTemplate's MissingTemplate::chatml), the same
+// as the server's: the REPL chats with the demo model's own template, and with ChatML on a
+// model that has none.
+TEST(Cli, ChatWorksOnTheDemoModelAndOnAModelWithoutATemplate) {
+    CliRun demo = run("run --chat -n 3 --temp 0 < <(printf 'hi\\n')");
+    ASSERT_EQ(demo.status, 0) << demo.out;
+    EXPECT_EQ(demo.out.find("no chat template"), std::string::npos) << demo.out;
+    EXPECT_NE(demo.out.find("prompt tokens"), std::string::npos) << demo.out;
+
+    CliRun bare = run("run --chat -m " + stories() + " -n 3 --temp 0 < <(printf 'hi\\n')");
+    ASSERT_EQ(bare.status, 0) << bare.out;
+    EXPECT_NE(bare.out.find("using ChatML"), std::string::npos) << bare.out;
+    EXPECT_NE(bare.out.find("prompt tokens"), std::string::npos) << bare.out;
 }
 
 TEST(Cli, FailedLoadIsExactlyOneLine) {

@@ -21,7 +21,10 @@ using llamapp::test::ServerProcess;
 using namespace llamapp::test;
 
 const std::string qwen = llamapp::test::generated_model("qwen3-tiny.gguf").string();
-const std::string stories = llamapp::test::shared_model("stories260K.gguf").string();
+// A function, not a constant: a missing fixture fails the tests that use it, not the binary.
+std::string stories() {
+    return llamapp::test::shared_model("stories260K.gguf").string();
+}
 
 TEST(ServerAuth, ApiKeyGuardsEverythingButHealth) {
     ServerProcess server({"-m", qwen, "-c", "512", "-t", "2", "--api-key", "s3cret"});
@@ -100,7 +103,7 @@ TEST(ServerOptions, DraftsAreOnByDefaultKeepTheReplyAndShowInMetrics) {
     std::string replies[2];
     for (int drafting : {0, 1}) {
         // Drafting is on unless turned off.
-        std::vector<std::string> args = {"-m", stories, "-c", "512", "-t", "2"};
+        std::vector<std::string> args = {"-m", stories(), "-c", "512", "-t", "2"};
         if (!drafting) args.insert(args.end(), {"--draft-tokens", "0"});
         ServerProcess server(args);
         auto r = server.client().Post("/v1/completions", body.dump(), "application/json");
@@ -221,7 +224,7 @@ TEST(ServerLifecycle, SigtermDrainsInFlightRequests) {
 TEST(ServerLifecycle, RestartServesThePromptFromTheDiskCache) {
     llamapp::test::TempDir dir;
     const std::vector<std::string> args = {"-m",
-                                           stories,
+                                           stories(),
                                            "-c",
                                            "1024",
                                            "-t",

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "llamapp/model.hpp"
 #include "support/eventually.hpp"
 #include "support/http_helpers.hpp"
 #include "support/paths.hpp"
@@ -153,6 +154,38 @@ TEST_F(Server, EmbeddingsAsFloatsAndBase64WithDimensions) {
     EXPECT_NEAR(norm, 1.0, 1e-4);
     EXPECT_NEAR(dot / std::sqrt(head), 1.0, 1e-4);  // same direction as the truncated full vector
     EXPECT_GT(floats["usage"]["prompt_tokens"].get<int>(), 0);
+}
+
+// Token ids are embedded as they are, not detokenized and tokenized again: "hello world" spelled
+// one character per token stays that many tokens (tokenized again it would be two or three).
+TEST_F(Server, TokenIdInputsAreEmbeddedAsGiven) {
+    auto model = llamapp::Model::load(qwen, {.vocab_only = true});
+    ASSERT_TRUE(model) << model.error().describe();
+    const llamapp::Tokenizer tok = model->tokenizer();
+    auto whole = tok.encode("hello world");
+    ASSERT_TRUE(whole);
+    std::vector<llamapp::Token> spelled;
+    for (char ch : std::string("hello world")) {
+        auto one = tok.encode(std::string(1, ch), {.add_special = false});
+        ASSERT_TRUE(one && !one->empty());
+        spelled.insert(spelled.end(), one->begin(), one->end());
+    }
+    ASSERT_GT(spelled.size(), whole->size());
+    auto c = server_->client();
+    auto embed = [&](const json& input) {
+        auto r = c.Post("/v1/embeddings", json{{"input", input}}.dump(), "application/json");
+        EXPECT_TRUE(r && r->status == 200) << (r ? r->body : "no response");
+        json j = r ? json::parse(r->body, nullptr, false) : json::object();
+        return std::make_pair(j["data"][0]["embedding"].get<std::vector<float>>(),
+                              j["usage"]["prompt_tokens"].get<int>());
+    };
+    const auto text = embed("hello world");
+    const auto same = embed(*whole);
+    EXPECT_EQ(same.first, text.first);
+    EXPECT_EQ(same.second, static_cast<int>(whole->size()));
+    const auto by_letter = embed(spelled);
+    EXPECT_EQ(by_letter.second, static_cast<int>(spelled.size()));
+    EXPECT_NE(by_letter.first, text.first);
 }
 
 TEST_F(Server, StreamedChatIsWellFramedServerSentEvents) {

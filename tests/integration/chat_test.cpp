@@ -64,6 +64,21 @@ TEST(Chat, TemplateErrorsAreTyped) {
     EXPECT_EQ(broken.error().code, ErrorCode::template_error);
 }
 
+TEST(Chat, AModelWithoutATemplateChatsWithChatMLWhenAsked) {
+    auto fallback = ChatTemplate::create(test::stories_model(), {}, MissingTemplate::chatml);
+    ASSERT_TRUE(fallback) << fallback.error().describe();
+    EXPECT_TRUE(fallback->is_fallback());
+    auto text = fallback->apply({{.role = "user", .content = "hi"}});
+    ASSERT_TRUE(text);
+    EXPECT_EQ(*text, "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
+    // A model's own template, or an override, is never replaced.
+    auto own = ChatTemplate::create(qwen3(), {}, MissingTemplate::chatml);
+    ASSERT_TRUE(own);
+    EXPECT_FALSE(own->is_fallback());
+    auto broken = ChatTemplate::create(test::stories_model(), "{% for", MissingTemplate::chatml);
+    EXPECT_FALSE(broken);
+}
+
 TEST(Chat, BadMessagesAreInvalidArguments) {
     auto tmpl = ChatTemplate::create(test::stories_model(), kChatml);
     ASSERT_TRUE(tmpl) << tmpl.error().describe();

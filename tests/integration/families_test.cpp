@@ -42,14 +42,14 @@ TEST_P(Families, GreedyIsDeterministicAndPrefixReuseMatchesCold) {
     ASSERT_TRUE(cold) << cold.error().describe();
     EXPECT_EQ(cold->usage.completion_tokens, 16);
 
-    ctx->clear();
+    EXPECT_TRUE(ctx->clear());
     auto cold_again = ctx->generate(extended, o);
     ASSERT_TRUE(cold_again);
     EXPECT_EQ(cold_again->tokens, cold->tokens);
 
     // Warm: the cached sequence is the base prompt plus its reply, so the extended prompt
     // shares only a prefix. Attention models trim the tail; recurrent ones must start over.
-    ctx->clear();
+    EXPECT_TRUE(ctx->clear());
     ASSERT_TRUE(ctx->generate(base, o));
     auto warm = ctx->generate(extended, o);
     ASSERT_TRUE(warm) << warm.error().describe();

@@ -27,7 +27,7 @@ TEST(Generation, StreamPullAndGenerateAgree) {
 
     std::string pushed;
     int pieces = 0;
-    ctx.clear();
+    EXPECT_TRUE(ctx.clear());
     auto streamed = ctx.stream(kPrompt, greedy(60), [&](const StreamPiece& p) {
         pushed += p.text;
         ++pieces;
@@ -37,7 +37,7 @@ TEST(Generation, StreamPullAndGenerateAgree) {
     EXPECT_EQ(pushed, whole->text);
     EXPECT_EQ(pieces, 60);
 
-    ctx.clear();
+    EXPECT_TRUE(ctx.clear());
     auto tokens = ctx.model().tokenizer().encode(kPrompt);
     ASSERT_TRUE(tokens);
     auto stream = ctx.start(*tokens, greedy(60));
@@ -70,7 +70,7 @@ TEST(Generation, StopStringCutsTextAndIsNeverEmitted) {
     const auto at = full->text.find(stop);
     ASSERT_NE(at, std::string::npos);
 
-    ctx.clear();
+    EXPECT_TRUE(ctx.clear());
     GenerateOptions o = greedy(60);
     o.stop = {"never-appears", stop};
     std::string streamed;
@@ -228,7 +228,7 @@ TEST(Generation, PrefixReuseGivesTheColdOutput) {
     auto cold = ctx.generate(extended, greedy(40));
     ASSERT_TRUE(cold);
 
-    ctx.clear();
+    EXPECT_TRUE(ctx.clear());
     ASSERT_TRUE(ctx.generate(base, greedy(10)));
     auto warm = ctx.generate(extended, greedy(40));
     ASSERT_TRUE(warm);

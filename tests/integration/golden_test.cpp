@@ -62,7 +62,7 @@ TEST(Golden, MatchesLlamaCompletionText) {
     };
     Context ctx = test::stories_context();
     for (const auto& [prompt, expected] : cases) {
-        ctx.clear();
+        EXPECT_TRUE(ctx.clear());
         auto r = ctx.generate(prompt, greedy(100));
         ASSERT_TRUE(r) << r.error().describe();
         EXPECT_EQ(r->text, expected) << prompt;
@@ -75,7 +75,7 @@ TEST(Golden, MatchesReferenceGreedyLoopTokenForToken) {
     for (const char* prompt :
          {"Once upon a time", "Lily and Ben went", "The sun was", "One day, a big dog"}) {
         const auto expected = reference_greedy(prompt, 80);
-        ctx.clear();
+        EXPECT_TRUE(ctx.clear());
         auto r = ctx.generate(prompt, greedy(80));
         ASSERT_TRUE(r) << r.error().describe();
         EXPECT_EQ(r->tokens, expected) << prompt;

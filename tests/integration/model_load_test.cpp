@@ -44,7 +44,10 @@ class ModelLoad : public ::testing::Test {
     fs::path dir_;
 };
 
-const fs::path stories = test::shared_model("stories260K.gguf");
+// A function, not a constant: a missing fixture fails the tests that use it, not the binary.
+fs::path stories() {
+    return test::shared_model("stories260K.gguf");
+}
 
 }  // namespace
 
@@ -69,11 +72,11 @@ TEST_F(ModelLoad, TextFileIsNotGguf) {
 }
 
 TEST_F(ModelLoad, TruncatedGgufIsInvalidAtEveryCut) {
-    const auto size = fs::file_size(stories);
+    const auto size = fs::file_size(stories());
     for (std::size_t keep :
          {std::size_t{4}, std::size_t{24}, std::size_t{200}, std::size_t{5000},
           static_cast<std::size_t>(size / 2), static_cast<std::size_t>(size - 1)}) {
-        EXPECT_EQ(load_error(truncated_copy(stories, keep)), ErrorCode::invalid_model_file)
+        EXPECT_EQ(load_error(truncated_copy(stories(), keep)), ErrorCode::invalid_model_file)
             << "kept " << keep;
     }
 }
@@ -96,7 +99,7 @@ TEST_F(ModelLoad, LlamaCppLogLinesReachTheSinkAtItsLevel) {
     });
     const LogLevel before = log_level();
     set_log_level(LogLevel::debug);
-    ASSERT_TRUE(Model::load(stories));
+    ASSERT_TRUE(Model::load(stories()));
     std::size_t from_llama = 0;
     {
         std::lock_guard lock(mu);
@@ -106,7 +109,7 @@ TEST_F(ModelLoad, LlamaCppLogLinesReachTheSinkAtItsLevel) {
     }
     EXPECT_GT(from_llama, 0u);
     set_log_level(LogLevel::error);  // loading a good model logs nothing this severe
-    ASSERT_TRUE(Model::load(stories));
+    ASSERT_TRUE(Model::load(stories()));
     {
         std::lock_guard lock(mu);
         EXPECT_TRUE(lines.empty()) << lines.front().second;
@@ -137,17 +140,17 @@ TEST_F(ModelLoad, EncoderDecoderAndDiffusionAreRefusedFromTheHeader) {
 TEST_F(ModelLoad, InvalidOptionsAreNamed) {
     ModelOptions o;
     o.tensor_split = std::vector<float>(offload_device_count() + 1, 1.0f);
-    auto m = Model::load(stories, o);
+    auto m = Model::load(stories(), o);
     ASSERT_FALSE(m);
     EXPECT_EQ(m.error().code, ErrorCode::invalid_argument);
     EXPECT_NE(m.error().context.find("tensor_split"), std::string::npos);
 
     ModelOptions gpu;
     gpu.n_gpu_layers = -7;
-    EXPECT_EQ(load_error(stories, gpu), ErrorCode::invalid_argument);
+    EXPECT_EQ(load_error(stories(), gpu), ErrorCode::invalid_argument);
     ModelOptions main_gpu;
     main_gpu.main_gpu = 99;
-    EXPECT_EQ(load_error(stories, main_gpu), ErrorCode::invalid_argument);
+    EXPECT_EQ(load_error(stories(), main_gpu), ErrorCode::invalid_argument);
 }
 
 TEST_F(ModelLoad, ProgressIsMonotoneAndEndsAtExactlyOne) {
@@ -157,7 +160,7 @@ TEST_F(ModelLoad, ProgressIsMonotoneAndEndsAtExactlyOne) {
         seen.push_back(p);
         return true;
     };
-    ASSERT_TRUE(Model::load(stories, o));
+    ASSERT_TRUE(Model::load(stories(), o));
     ASSERT_FALSE(seen.empty());
     for (std::size_t i = 0; i < seen.size(); ++i) {
         EXPECT_GE(seen[i], 0.0f);
@@ -173,11 +176,11 @@ TEST_F(ModelLoad, ProgressIsMonotoneAndEndsAtExactlyOne) {
 TEST_F(ModelLoad, ProgressCallbackCanCancel) {
     ModelOptions o;
     o.progress = [](float) { return false; };
-    EXPECT_EQ(load_error(stories, o), ErrorCode::load_cancelled);
+    EXPECT_EQ(load_error(stories(), o), ErrorCode::load_cancelled);
 }
 
 TEST_F(ModelLoad, IntrospectsStories260K) {
-    auto m = Model::load(stories);
+    auto m = Model::load(stories());
     ASSERT_TRUE(m) << m.error().describe();
     const ModelInfo& i = m->info();
     EXPECT_EQ(i.architecture, "llama");
@@ -202,13 +205,13 @@ TEST_F(ModelLoad, IntrospectsStories260K) {
 }
 
 TEST_F(ModelLoad, FingerprintIsTheFileSha256AndSurvivesRename) {
-    auto m = Model::load(stories);
+    auto m = Model::load(stories());
     ASSERT_TRUE(m);
     const std::string expected = "270cba1bd5109f42d03350f60406024560464db173c0e387d91f0426d3bd256d";
     EXPECT_EQ(m->fingerprint().value_or(""), expected);
     EXPECT_EQ(m->fingerprint().value_or(""), expected);  // cached
     const fs::path renamed = dir_ / "renamed.gguf";
-    fs::copy_file(stories, renamed);
+    fs::copy_file(stories(), renamed);
     EXPECT_EQ(file_sha256(renamed).value_or(""), expected);
 }
 
@@ -225,7 +228,7 @@ TEST_F(ModelLoad, VocabOnlyModelTokenizesButCannotRun) {
 }
 
 TEST_F(ModelLoad, ContextOptionsAreValidated) {
-    auto m = Model::load(stories);
+    auto m = Model::load(stories());
     ASSERT_TRUE(m);
     auto code = [&](void (*mutate)(ContextOptions&)) {
         ContextOptions o;
@@ -274,7 +277,7 @@ TEST_F(ModelLoad, QuantizedKvCacheWorks) {
 
     ContextOptions misfit;
     misfit.type_k = KvType::q8_0;
-    auto s = Model::load(stories);
+    auto s = Model::load(stories());
     ASSERT_TRUE(s);
     auto refused = Context::create(*s, misfit);
     ASSERT_FALSE(refused);

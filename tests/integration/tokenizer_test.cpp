@@ -44,7 +44,8 @@ std::vector<VocabCase> read_cases(const fs::path& gguf) {
 
 std::vector<fs::path> vocab_files() {
     std::vector<fs::path> files;
-    for (const fs::path& dir : {test::shared_model("vocab"), test::llama_source("models")}) {
+    for (const fs::path& dir :
+         {test::shared_models_dir() / "vocab", test::llama_source("models")}) {
         if (!fs::exists(dir)) continue;
         for (const auto& e : fs::directory_iterator(dir)) {
             const auto p = e.path();

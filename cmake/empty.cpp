@@ -1,0 +1,1 @@
+// libllamapp.so is made of the static libraries' objects; a shared library target needs a source.

@@ -1,0 +1,118 @@
+#include "core/sequence_memory.hpp"
+
+#include <fmt/core.h>
+
+#include <algorithm>
+
+#include "core/context_state.hpp"
+
+namespace llamapp::detail {
+
+namespace {
+
+llama_pos position(std::size_t n) {
+    return static_cast<llama_pos>(n);
+}
+
+}  // namespace
+
+SequenceMemory::SequenceMemory(llama_context* ctx)
+    : ctx_(ctx), memory_(ctx ? llama_get_memory(ctx) : nullptr) {}
+
+void SequenceMemory::clear() {
+    if (memory_) llama_memory_clear(memory_, true);
+}
+
+void SequenceMemory::remove(int seq) {
+    llama_memory_seq_rm(memory_, seq, -1, -1);
+}
+
+bool SequenceMemory::trim(int seq, std::size_t keep) {
+    return llama_memory_seq_rm(memory_, seq, position(keep), -1);
+}
+
+void SequenceMemory::copy_prefix(int from, int to, std::size_t n) {
+    llama_memory_seq_cp(memory_, from, to, 0, position(n));
+}
+
+void SequenceMemory::copy_whole(int from, int to) {
+    llama_memory_seq_cp(memory_, from, to, -1, -1);
+}
+
+int SequenceMemory::pos_min(int seq) const {
+    return llama_memory_seq_pos_min(memory_, seq);
+}
+
+int SequenceMemory::pos_max(int seq) const {
+    return llama_memory_seq_pos_max(memory_, seq);
+}
+
+bool SequenceMemory::window_intact(int seq, std::size_t reused, int window) const {
+    if (window <= 0 || reused == 0) return true;
+    return detail::window_intact(pos_min(seq), reused, window);
+}
+
+std::size_t SequenceMemory::kept_from(int seq, std::size_t held, int window) const {
+    int from = std::max(0, pos_min(seq));
+    if (window > 0) from = std::max(from, static_cast<int>(held) - window);
+    return static_cast<std::size_t>(from);
+}
+
+std::size_t SequenceMemory::snapshot_size(int seq) const {
+    return llama_state_seq_get_size(ctx_, seq);
+}
+
+bool SequenceMemory::snapshot(int seq, std::span<std::uint8_t> out) const {
+    return llama_state_seq_get_data(ctx_, out.data(), out.size(), seq) == out.size();
+}
+
+bool SequenceMemory::restore(int seq, std::span<const std::uint8_t> bytes, std::size_t stored,
+                             std::size_t keep) {
+    remove(seq);
+    bool ok = llama_state_seq_set_data(ctx_, bytes.data(), bytes.size(), seq) != 0;
+    if (ok && keep < stored) ok = trim(seq, keep);
+    ok = ok && pos_max(seq) == position(keep) - 1;
+    if (!ok) remove(seq);
+    return ok;
+}
+
+ReuseModes SequenceMemory::probe(int vocab_size, int sliding_window, bool unified) {
+    ReuseModes modes;
+    modes.sliding_window = sliding_window;
+    if (!memory_ || vocab_size < 3) return modes;
+    LlamaBatch batch(3);
+    for (int i = 0; i < 3; ++i) batch.add(i, i, 0, i == 2);
+    if (llama_decode(ctx_, batch.batch) != 0) {
+        clear();
+        return modes;
+    }
+    modes.trim_tail = trim(0, 2) && pos_max(0) == 1;
+    if (llama_n_seq_max(ctx_) >= 2) {
+        const int last = pos_max(0);
+        copy_whole(0, 1);
+        modes.copy_whole = pos_max(1) == last;
+        remove(1);
+        if (unified) {
+            copy_prefix(0, 1, 1);
+            // A partial copy must hold exactly position 0; recurrent state copies whole or
+            // nothing.
+            modes.copy_prefix = modes.trim_tail && pos_max(1) == 0 && pos_min(1) == 0;
+        }
+    }
+    clear();
+    return modes;
+}
+
+}  // namespace llamapp::detail
+
+namespace llamapp {
+
+std::string ReuseModes::describe() const {
+    std::string out = trim_tail ? "trim" : "exact-extension-only";
+    if (copy_prefix) out += ", copy-prefix";
+    if (copy_whole) out += ", copy-whole";
+    if (sliding_window > 0) out += fmt::format(", sliding-window={}", sliding_window);
+    return out;
+}
+
+}  // namespace llamapp

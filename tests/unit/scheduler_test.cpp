@@ -1,0 +1,638 @@
+// The engine's decisions without a model: slots, requests and streams are plain data.
+#include "engine/scheduler.hpp"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+namespace llamapp::detail {
+namespace {
+
+using namespace std::chrono_literals;
+const SteadyClock::time_point t0{};
+
+std::vector<Token> tokens(int from, int n) {
+    std::vector<Token> out;
+    for (int i = 0; i < n; ++i) out.push_back(from + i);
+    return out;
+}
+
+std::vector<Token> concat(std::vector<Token> a, const std::vector<Token>& b) {
+    a.insert(a.end(), b.begin(), b.end());
+    return a;
+}
+
+ReuseModes unified_modes() {
+    return {.trim_tail = true, .copy_prefix = true, .copy_whole = true};
+}
+
+SchedulerOptions options(ReuseModes modes = unified_modes()) {
+    SchedulerOptions o;
+    o.modes = modes;
+    o.min_adopt_tokens = 16;
+    o.n_batch = 512;
+    o.n_ctx_seq = 4096;
+    o.prefill_chunk = 512;
+    o.draft_rows = 4;
+    return o;
+}
+
+// A slot holding `cached`, idle, last used at t0 + `age` (older = smaller).
+struct SlotSpec {
+    std::vector<Token> cached;
+    SteadyClock::duration used = 0s;
+    std::string session;
+    std::string scope;
+    bool running = false;
+    std::vector<Token> prompt;  // running: what it computes
+    std::size_t prompt_cached = 0;
+};
+
+struct Slots {
+    std::vector<SlotSpec> specs;
+    std::vector<SlotView> views;
+    explicit Slots(std::vector<SlotSpec> s) : specs(std::move(s)) {
+        for (std::size_t i = 0; i < specs.size(); ++i) {
+            const SlotSpec& spec = specs[i];
+            views.push_back({.seq = static_cast<int>(i),
+                             .cached = spec.cached,
+                             .session = spec.session,
+                             .scope = spec.scope,
+                             .last_used = t0 + spec.used,
+                             .running = spec.running,
+                             .prompt = spec.prompt,
+                             .prompt_cached = spec.prompt_cached});
+        }
+    }
+};
+
+RequestView request(const std::vector<Token>& prompt, std::string_view session = {},
+                    std::string_view scope = {}) {
+    return {.prompt = prompt, .session = session, .scope = scope};
+}
+
+// ---- slot choice ----------------------------------------------------------------------------
+
+TEST(Scheduler, ChoosesTheSlotWithTheLongestUsablePrefixOrElseTheLeastRecentlyUsed) {
+    const auto system = tokens(100, 40);
+    const auto prompt = concat(system, tokens(500, 10));
+    struct Case {
+        const char* name;
+        std::vector<SlotSpec> slots;
+        int slot;
+        ReuseSource source;
+        std::size_t reused;
+    };
+    const std::vector<Case> cases = {
+        {"empty slots: least recently used",
+         {{{}, 5s}, {{}, 1s}, {{}, 3s}},
+         1,
+         ReuseSource::none,
+         0},
+        {"the longest prefix wins over recency",
+         {{tokens(100, 10), 1s}, {system, 9s}, {{}, 0s}},
+         1,
+         ReuseSource::same_slot,
+         40},
+        // 4 of 50 prompt tokens is under the 10% rule: the prefix is not worth a long cache.
+        {"a match under 10% of the prompt is ignored",
+         {{tokens(100, 4), 9s}, {tokens(900, 300), 1s}},
+         1,
+         ReuseSource::none,
+         0},
+        {"exactly 10% counts",
+         {{tokens(100, 5), 9s}, {tokens(900, 300), 1s}},
+         0,
+         ReuseSource::same_slot,
+         5},
+        {"running slots are never chosen",
+         {{system, 1s, "", "", true, system, 40}, {{}, 5s}},
+         1,
+         ReuseSource::other_slot,
+         40},
+    };
+    Scheduler scheduler(options());
+    for (const Case& c : cases) {
+        Slots slots(c.slots);
+        const auto a = scheduler.admit(slots.views, request(prompt));
+        ASSERT_TRUE(a) << c.name;
+        EXPECT_EQ(a->slot, c.slot) << c.name;
+        EXPECT_EQ(a->source, c.source) << c.name;
+        EXPECT_EQ(a->reuse_tokens, c.reused) << c.name;
+        EXPECT_FALSE(a->reclaims_session) << c.name;
+    }
+}
+
+TEST(Scheduler, ReusesAtMostAllButTheLastPromptToken) {
+    const auto prompt = tokens(1, 30);
+    Slots slots({{prompt}});
+    const auto a = Scheduler(options()).admit(slots.views, request(prompt));
+    ASSERT_TRUE(a);
+    EXPECT_EQ(a->source, ReuseSource::same_slot);
+    EXPECT_EQ(a->reuse_tokens, 29u);
+    EXPECT_EQ(a->kept(), 29u);
+}
+
+TEST(Scheduler, AdoptsFromAnotherSlotOnlyWhenItBeatsTheOwnPrefixByTheMargin) {
+    const auto prompt = tokens(1, 100);
+    struct Case {
+        std::size_t own;
+        std::size_t other;
+        ReuseSource source;
+        std::size_t reused;
+    };
+    // min_adopt_tokens = 16.
+    const Case cases[] = {
+        {0, 15, ReuseSource::same_slot, 0},  // 15 < 0 + 16, and nothing own: computed cold
+        {0, 16, ReuseSource::other_slot, 16},
+        {20, 35, ReuseSource::same_slot, 20},
+        {20, 36, ReuseSource::other_slot, 36},
+    };
+    for (const Case& c : cases) {
+        // Slot 0 is the least recently used, so it is chosen when no prefix decides.
+        Slots slots(
+            {{tokens(1, static_cast<int>(c.own)), 0s},
+             {tokens(1, static_cast<int>(c.other)), 5s, "", "", true, tokens(1, 200), 200}});
+        const auto a = Scheduler(options()).admit(slots.views, request(prompt));
+        ASSERT_TRUE(a);
+        EXPECT_EQ(a->slot, 0);
+        const ReuseSource want = c.reused == 0 ? ReuseSource::none : c.source;
+        EXPECT_EQ(a->source, want) << c.own << " own, " << c.other << " other";
+        EXPECT_EQ(a->reuse_tokens, c.reused);
+        if (want == ReuseSource::other_slot) {
+            EXPECT_EQ(a->donor, 1);
+            EXPECT_EQ(a->kept(), 0u);
+        }
+    }
+}
+
+TEST(Scheduler, WithoutPartialCopiesAdoptsOnlyWhatAWholeCopyCanServe) {
+    const auto prompt = tokens(1, 100);
+    // Recurrent state: no trim, whole copies only. The other slot's 40 tokens are all a prefix.
+    const ReuseModes recurrent{.trim_tail = false, .copy_prefix = false, .copy_whole = true};
+    Slots whole({{{}, 0s}, {tokens(1, 40), 5s, "", "", true, tokens(1, 200), 200}});
+    auto a = Scheduler(options(recurrent)).admit(whole.views, request(prompt));
+    ASSERT_TRUE(a);
+    EXPECT_EQ(a->source, ReuseSource::other_slot);
+    EXPECT_EQ(a->reuse_tokens, 40u);
+    // A longer sequence that diverges cannot be cut back: nothing to adopt.
+    Slots diverging({{{}, 0s}, {concat(tokens(1, 40), tokens(900, 5)), 5s}});
+    a = Scheduler(options(recurrent)).admit(diverging.views, request(prompt));
+    ASSERT_TRUE(a);
+    EXPECT_EQ(a->source, ReuseSource::none);
+}
+
+TEST(Scheduler, AStoredEntryIsRestoredOnlyWhenItBeatsLiveSequencesByTheMargin) {
+    const auto prompt = tokens(1, 200);
+    struct Case {
+        std::size_t stored;
+        ReuseSource source;
+        std::size_t reused;
+    };
+    const Case cases[] = {
+        {0, ReuseSource::same_slot, 50},
+        {65, ReuseSource::same_slot, 50},
+        {66, ReuseSource::stored, 66},
+    };
+    for (const Case& c : cases) {
+        Slots slots({{tokens(1, 50)}});
+        RequestView r = request(prompt);
+        r.stored_tokens = c.stored;
+        const auto a = Scheduler(options()).admit(slots.views, r);
+        ASSERT_TRUE(a);
+        EXPECT_EQ(a->source, c.source) << c.stored;
+        EXPECT_EQ(a->reuse_tokens, c.reused) << c.stored;
+    }
+}
+
+TEST(Scheduler, NoReuseWhenTheEngineOrTheRequestTurnsItOff) {
+    const auto prompt = tokens(1, 100);
+    Slots slots({{tokens(1, 50), 9s}, {{}, 1s}});
+    RequestView off = request(prompt);
+    off.reuse = false;
+    off.stored_tokens = 90;
+    auto a = Scheduler(options()).admit(slots.views, off);
+    ASSERT_TRUE(a);
+    EXPECT_EQ(a->slot, 1);  // the least recently used, not the one with the prefix
+    EXPECT_EQ(a->source, ReuseSource::none);
+
+    SchedulerOptions engine_off = options();
+    engine_off.prefix_reuse = false;
+    a = Scheduler(engine_off).admit(slots.views, request(prompt));
+    ASSERT_TRUE(a);
+    EXPECT_EQ(a->slot, 1);
+    EXPECT_EQ(a->source, ReuseSource::none);
+}
+
+// ---- sessions and scopes --------------------------------------------------------------------
+
+TEST(Scheduler, ASessionRunsOnItsOwnSlotAndWaitsWhileItIsBusy) {
+    const auto prompt = tokens(1, 100);
+    Slots idle({{{}, 0s}, {tokens(1, 60), 5s, "chat", "tenant"}});
+    auto a = Scheduler(options()).admit(idle.views, request(prompt, "chat", "tenant"));
+    ASSERT_TRUE(a);
+    EXPECT_EQ(a->slot, 1);
+    EXPECT_EQ(a->source, ReuseSource::same_slot);
+
+    Slots busy({{{}, 0s}, {tokens(1, 60), 5s, "chat", "tenant", true, tokens(1, 80), 60}});
+    EXPECT_FALSE(Scheduler(options()).admit(busy.views, request(prompt, "chat", "tenant")));
+    // The same session id in another scope is another session: it gets a slot of its own.
+    a = Scheduler(options()).admit(busy.views, request(prompt, "chat", "other"));
+    ASSERT_TRUE(a);
+    EXPECT_EQ(a->slot, 0);
+}
+
+TEST(Scheduler, ScopesNeverShareCachedTokens) {
+    const auto prompt = tokens(1, 100);
+    Slots slots({{tokens(1, 90), 9s, "", "a"}, {{}, 1s, "", "b"}});
+    auto a = Scheduler(options()).admit(slots.views, request(prompt, "", "b"));
+    ASSERT_TRUE(a);
+    EXPECT_EQ(a->slot, 1);
+    EXPECT_EQ(a->source, ReuseSource::none);
+    a = Scheduler(options()).admit(slots.views, request(prompt, "", "a"));
+    ASSERT_TRUE(a);
+    EXPECT_EQ(a->slot, 0);
+    EXPECT_EQ(a->reuse_tokens, 90u);
+}
+
+TEST(Scheduler, WithoutAFreeSlotTheLeastRecentlyUsedIdleSessionIsReclaimed) {
+    const auto prompt = tokens(1, 100);
+    Slots slots({{tokens(1, 10), 5s, "s1"},
+                 {tokens(300, 10), 2s, "s2"},
+                 {{}, 0s, "", "", true, tokens(1, 5), 0}});
+    const auto a = Scheduler(options()).admit(slots.views, request(prompt));
+    ASSERT_TRUE(a);
+    EXPECT_EQ(a->slot, 1);
+    EXPECT_TRUE(a->reclaims_session);
+
+    Slots all_busy({{{}, 0s, "", "", true, tokens(1, 5), 0}});
+    EXPECT_FALSE(Scheduler(options()).admit(all_busy.views, request(prompt)));
+}
+
+TEST(Scheduler, ForkGoesToAFreeSlotFirstThenToTheOldestIdleSession) {
+    Slots slots({{tokens(1, 10), 1s, "source"}, {{}, 3s}, {{}, 2s, "", "", true}, {{}, 0s, "old"}});
+    Scheduler scheduler(options());
+    EXPECT_EQ(scheduler.fork_target(slots.views, 0), 1);
+    Slots sessions_only({{tokens(1, 10), 1s, "source"}, {{}, 7s, "newer"}, {{}, 4s, "older"}});
+    EXPECT_EQ(scheduler.fork_target(sessions_only.views, 0), 2);
+    Slots none({{tokens(1, 10), 1s, "source"}, {{}, 1s, "", "", true}});
+    EXPECT_FALSE(scheduler.fork_target(none.views, 0));
+}
+
+// ---- waiting for a donor ----------------------------------------------------------------------
+
+TEST(Scheduler, WaitsForAnotherSlotsPrefillOfALongSharedPrefix) {
+    const auto shared = tokens(1, 200);
+    const auto theirs = concat(shared, tokens(900, 50));
+    const auto mine = concat(shared, tokens(700, 20));
+    // Slot 0 is computing `theirs` and has 30 of it so far.
+    Slots computing({{tokens(1, 30), 1s, "", "", true, theirs, 30}, {{}, 0s}});
+    Scheduler scheduler(options());
+    EXPECT_FALSE(scheduler.admit(computing.views, request(mine)));
+    // Not in the same scope: nothing to wait for.
+    EXPECT_TRUE(scheduler.admit(computing.views, request(mine, "", "elsewhere")));
+    // A stored entry that already serves the shared part: no reason to wait.
+    RequestView stored = request(mine);
+    stored.stored_tokens = 200;
+    EXPECT_TRUE(scheduler.admit(computing.views, stored));
+    // Under 64 shared tokens the wait does not pay off.
+    const auto short_theirs = concat(tokens(1, 60), tokens(900, 50));
+    Slots short_prefix({{tokens(1, 30), 1s, "", "", true, short_theirs, 30}, {{}, 0s}});
+    EXPECT_TRUE(scheduler.admit(short_prefix.views, request(concat(tokens(1, 60), tokens(7, 9)))));
+    // Its prefill is done: the prefix is copied now, not waited for.
+    Slots done({{theirs, 1s, "", "", true, theirs, theirs.size()}, {{}, 0s}});
+    const auto a = scheduler.admit(done.views, request(mine));
+    ASSERT_TRUE(a);
+    EXPECT_EQ(a->source, ReuseSource::other_slot);
+    EXPECT_EQ(a->reuse_tokens, 200u);
+    // Without a way to copy there is nothing to wait for.
+    const ReuseModes no_copy{.trim_tail = true};
+    EXPECT_TRUE(Scheduler(options(no_copy)).admit(computing.views, request(mine)));
+}
+
+// ---- KV pressure ----------------------------------------------------------------------------
+
+TEST(Scheduler, KvPressureEvictsPlainIdleSequencesBeforeSessionsOldestFirst) {
+    struct Case {
+        const char* name;
+        std::vector<SlotSpec> slots;
+        std::optional<int> victim;
+    };
+    const std::vector<Case> cases = {
+        {"oldest plain first",
+         {{tokens(1, 5), 3s}, {tokens(1, 5), 1s}, {tokens(1, 5), 0s, "s"}},
+         1},
+        {"then the oldest session",
+         {{tokens(1, 5), 0s, "", "", true}, {tokens(1, 5), 4s, "a"}, {tokens(1, 5), 2s, "b"}},
+         2},
+        {"empty and running slots are never victims",
+         {{{}, 0s}, {tokens(1, 5), 0s, "", "", true}},
+         std::nullopt},
+    };
+    Scheduler scheduler(options());
+    for (const Case& c : cases) {
+        Slots slots(c.slots);
+        EXPECT_EQ(scheduler.eviction_victim(slots.views), c.victim) << c.name;
+    }
+}
+
+// ---- queue bounds and deadlines -------------------------------------------------------------
+
+TEST(Scheduler, QueueBoundsCountRequestsAndTokensButLetALongPromptInAlone) {
+    const QueueBounds bounds{.max_requests = 4, .max_tokens = 1000};
+    struct Case {
+        std::size_t queued, queued_tokens, adding, tokens;
+        bool fits;
+    };
+    const Case cases[] = {
+        {0, 0, 4, 100, true},   {3, 100, 1, 100, true}, {4, 100, 1, 1, false},
+        {0, 0, 5, 1, false},    {1, 900, 1, 100, true}, {1, 900, 1, 101, false},
+        {0, 0, 1, 50000, true},  // alone over the token bound: it may still run
+    };
+    for (const Case& c : cases) {
+        auto r = fits_queue(bounds, c.queued, c.queued_tokens, c.adding, c.tokens);
+        EXPECT_EQ(r.has_value(), c.fits)
+            << c.queued << "+" << c.adding << ", " << c.queued_tokens << "+" << c.tokens;
+        if (!r) {
+            EXPECT_EQ(r.error().code, ErrorCode::queue_full);
+        }
+    }
+}
+
+TEST(Scheduler, DeadlinesEndQueuedAndRunningRequests) {
+    const auto never = SteadyClock::time_point::max();
+    const auto now = t0 + 10s;
+    EXPECT_FALSE(queued_expiry(now, false, never, never).ends);
+    auto e = queued_expiry(now, true, never, never);
+    EXPECT_TRUE(e.ends);
+    EXPECT_FALSE(e.error);  // a cancel is no error
+    e = queued_expiry(now, false, t0 + 5s, never);
+    ASSERT_TRUE(e.error);
+    EXPECT_EQ(e.error->code, ErrorCode::timeout);
+    EXPECT_EQ(e.error->context, "queue_timeout");
+    e = queued_expiry(now, false, never, t0 + 5s);
+    ASSERT_TRUE(e.error);
+    EXPECT_EQ(e.error->context, "timeout");
+    EXPECT_FALSE(queued_expiry(now, false, now, now).ends);  // not yet past
+
+    EXPECT_FALSE(running_expiry(now, false, never).ends);
+    e = running_expiry(now, false, t0 + 9s);
+    ASSERT_TRUE(e.error);
+    EXPECT_EQ(e.error->message, deadline_passed().message);
+    EXPECT_TRUE(running_expiry(now, true, never).ends);
+}
+
+// ---- steps: strategies, clamps, drafts ------------------------------------------------------
+
+struct StreamSpec {
+    std::vector<Token> cached;
+    std::vector<Token> prompt;
+    std::size_t next_prompt = 0;
+    Token to_decode = no_token;
+    std::size_t save_at = 0;
+    int draft_wait = 0;
+    int max_tokens = -1;
+    int completion_tokens = 0;
+    SteadyClock::duration admitted = 0s;
+};
+
+struct Streams {
+    std::vector<StreamSpec> specs;
+    std::vector<StreamView> views;
+    explicit Streams(std::vector<StreamSpec> s) : specs(std::move(s)) {
+        for (std::size_t i = 0; i < specs.size(); ++i) {
+            const StreamSpec& spec = specs[i];
+            views.push_back({.slot = static_cast<int>(i),
+                             .request = 100 + i,
+                             .admitted = t0 + spec.admitted,
+                             .cached = spec.cached,
+                             .prompt = spec.prompt,
+                             .next_prompt = spec.next_prompt,
+                             .to_decode = spec.to_decode,
+                             .save_at = spec.save_at,
+                             .draft_wait = spec.draft_wait,
+                             .max_tokens = spec.max_tokens,
+                             .completion_tokens = spec.completion_tokens});
+        }
+    }
+};
+
+StreamSpec decoding(Token next, std::vector<Token> cached = tokens(1, 8)) {
+    StreamSpec s;
+    s.cached = std::move(cached);
+    s.prompt = tokens(1, 4);
+    s.next_prompt = 4;
+    s.to_decode = next;
+    return s;
+}
+
+StreamSpec prefilling(int prompt, std::size_t done = 0, SteadyClock::duration admitted = 0s) {
+    StreamSpec s;
+    s.prompt = tokens(1, prompt);
+    s.cached = tokens(1, static_cast<int>(done));
+    s.next_prompt = done;
+    s.admitted = admitted;
+    return s;
+}
+
+// Rows per slot: decode rows, prompt rows, drafts.
+struct Counts {
+    int decode = 0, prompt = 0, drafts = 0;
+    bool operator==(const Counts&) const = default;
+};
+std::vector<Counts> counts(const StepPlan& plan, std::size_t slots) {
+    std::vector<Counts> out(slots);
+    for (const Row& r : plan.rows) {
+        Counts& c = out[static_cast<std::size_t>(r.slot)];
+        if (r.draft)
+            ++c.drafts;
+        else if (r.decode)
+            ++c.decode;
+        else
+            ++c.prompt;
+    }
+    return out;
+}
+
+TEST(Scheduler, StepRowsFollowTheStrategyAndCarryPositionsAndLogits) {
+    Streams streams({decoding(7), prefilling(300, 100)});
+    SchedulerOptions o = options();
+    o.prefill_chunk = 128;
+    Scheduler scheduler(o);
+    StepPlan plan;
+    scheduler.plan_step(streams.views, 0, plan);
+    // decode_maximal: the stream's token, then one chunk of prompt minus the stream's row.
+    EXPECT_EQ(counts(plan, 2), (std::vector<Counts>{{1, 0, 0}, {0, 127, 0}}));
+    ASSERT_FALSE(plan.rows.empty());
+    EXPECT_EQ(plan.rows[0].token, 7);
+    EXPECT_EQ(plan.rows[0].pos, 8);
+    EXPECT_TRUE(plan.rows[0].logits);
+    EXPECT_EQ(plan.rows[1].pos, 100);
+    EXPECT_EQ(plan.rows[1].token, 101);
+    EXPECT_FALSE(plan.rows.back().logits);  // the prompt is not finished in this step
+    EXPECT_EQ(plan.rows.back().request, 101u);
+
+    // The last chunk of a prompt asks for logits on its last row.
+    Streams last({prefilling(110, 100)});
+    scheduler.plan_step(last.views, 0, plan);
+    ASSERT_EQ(plan.rows.size(), 10u);
+    EXPECT_TRUE(plan.rows.back().logits);
+    EXPECT_EQ(plan.rows.back().pos, 109);
+}
+
+TEST(Scheduler, EveryStrategyIsClampedToTheBatchAndFallsBackWhenItGivesNothing) {
+    struct Greedy final : BatchStrategy {
+        std::string_view name() const override { return "greedy"; }
+        void plan(std::span<const SequenceDemand>, const BatchBudget&,
+                  std::span<int> take) override {
+            for (int& t : take) t = 100000;  // more than anybody can take
+        }
+    };
+    struct Idle final : BatchStrategy {
+        std::string_view name() const override { return "idle"; }
+        void plan(std::span<const SequenceDemand>, const BatchBudget&, std::span<int>) override {}
+    };
+    Streams streams({decoding(7), prefilling(2000, 0, 1s), prefilling(2000, 0, 2s)});
+    const std::vector<std::shared_ptr<BatchStrategy>> strategies = {
+        decode_maximal(),    prefill_priority(),         balanced(),
+        first_token_first(), std::make_shared<Greedy>(), std::make_shared<Idle>()};
+    for (const auto& strategy : strategies) {
+        SchedulerOptions o = options();
+        o.strategy = strategy;
+        o.prefill_chunk = 256;
+        Scheduler scheduler(o);
+        StepPlan plan;
+        scheduler.plan_step(streams.views, 3, plan);
+        const auto c = counts(plan, 3);
+        EXPECT_LE(plan.rows.size(), 512u) << strategy->name();
+        EXPECT_LE(c[0].decode, 1) << strategy->name();
+        EXPECT_LE(c[1].prompt, 256) << strategy->name();  // the chunk bounds every prompt
+        EXPECT_LE(c[2].prompt, 256) << strategy->name();
+        EXPECT_GT(plan.rows.size(), 0u) << strategy->name() << ": the engine always progresses";
+    }
+}
+
+TEST(Scheduler, APrefillStopsAtItsSaveBoundaryAndLeavesNoShortLastChunk) {
+    SchedulerOptions o = options();
+    o.prefill_chunk = 256;
+    Scheduler scheduler(o);
+    StepPlan plan;
+    StreamSpec save = prefilling(1000, 100);
+    save.save_at = 150;
+    Streams saving({save});
+    scheduler.plan_step(saving.views, 0, plan);
+    EXPECT_EQ(plan.rows.size(), 50u);
+
+    // prefill_rows = 64: 280 left with a 256 chunk would leave 24, so this chunk takes 216.
+    o.prefill_rows = 64;
+    Scheduler tiled(o);
+    Streams rest({prefilling(380, 100)});
+    tiled.plan_step(rest.views, 0, plan);
+    EXPECT_EQ(plan.rows.size(), 216u);
+    // ...unless that would make this chunk itself short: with a chunk of 100 and 110 left,
+    // giving the rest 64 rows would leave this chunk 46.
+    o.prefill_chunk = 100;
+    Scheduler narrow(o);
+    Streams small({prefilling(210, 100)});
+    narrow.plan_step(small.views, 0, plan);
+    EXPECT_EQ(plan.rows.size(), 100u);
+    Streams wider({prefilling(230, 100)});  // 130 left: 66 now, 64 next
+    narrow.plan_step(wider.views, 0, plan);
+    EXPECT_EQ(plan.rows.size(), 66u);
+}
+
+TEST(Scheduler, DraftBudgetsFollowTheRowsLeftTheTokenLimitAndTheContext) {
+    // History 1..8 then 1..3: the last three tokens plus the next (4) occurred before, followed
+    // by 5, 6, 7, 8.
+    const auto history = concat(tokens(1, 8), tokens(1, 3));
+    struct Case {
+        const char* name;
+        int draft_tokens = 3;
+        int draft_rows = 4;
+        int max_tokens = -1;
+        int completion_tokens = 0;
+        int n_ctx_seq = 4096;
+        int draft_wait = 0;
+        int streams = 1;
+        int drafts;
+    };
+    const Case cases[] = {
+        {.name = "room for three", .drafts = 3},
+        {.name = "drafting off", .draft_tokens = 0, .drafts = 0},
+        {.name = "rows for two", .draft_rows = 3, .drafts = 2},
+        {.name = "two streams fill the draft rows", .draft_rows = 2, .streams = 2, .drafts = 0},
+        {.name = "one token left to the limit",
+         .max_tokens = 10,
+         .completion_tokens = 9,
+         .drafts = 0},
+        {.name = "three left to the limit", .max_tokens = 10, .completion_tokens = 7, .drafts = 2},
+        {.name = "the context ends", .n_ctx_seq = 13, .drafts = 1},
+        {.name = "waiting after misses", .draft_wait = 2, .drafts = 0},
+    };
+    for (const Case& c : cases) {
+        SchedulerOptions o = options();
+        o.draft_tokens = c.draft_tokens;
+        o.draft_rows = c.draft_rows;
+        o.n_ctx_seq = c.n_ctx_seq;
+        Scheduler scheduler(o);
+        std::vector<StreamSpec> specs;
+        for (int i = 0; i < c.streams; ++i) {
+            StreamSpec s = decoding(4, history);
+            s.max_tokens = c.max_tokens;
+            s.completion_tokens = c.completion_tokens;
+            s.draft_wait = c.draft_wait;
+            specs.push_back(s);
+        }
+        Streams streams(specs);
+        StepPlan plan;
+        scheduler.plan_step(streams.views, 0, plan);
+        EXPECT_EQ(counts(plan, specs.size())[0].drafts, c.drafts) << c.name;
+        EXPECT_EQ(plan.waited.size(), c.draft_wait > 0 ? 1u : 0u) << c.name;
+        if (c.drafts > 0) {
+            EXPECT_EQ(plan.rows[0].drafts, c.drafts) << c.name;
+            EXPECT_EQ(plan.rows[1].token, 5) << c.name;
+            EXPECT_EQ(plan.rows[1].pos, 12) << c.name;
+        }
+    }
+}
+
+TEST(Scheduler, NoDraftsWhereTheCacheCannotDropThemAgain) {
+    const auto history = concat(tokens(1, 8), tokens(1, 3));
+    Streams streams({decoding(4, history)});
+    StepPlan plan;
+    ReuseModes recurrent{.trim_tail = false, .copy_whole = true};
+    SchedulerOptions o = options(recurrent);
+    o.draft_tokens = 3;
+    Scheduler(o).plan_step(streams.views, 0, plan);
+    EXPECT_EQ(plan.rows.size(), 1u);
+    // A sliding window with prompt rows in the same call could split a lead from its drafts.
+    ReuseModes window = unified_modes();
+    window.sliding_window = 64;
+    o = options(window);
+    o.draft_tokens = 3;
+    Scheduler(o).plan_step(streams.views, 0, plan);
+    EXPECT_EQ(plan.rows.size(), 1u);
+    o.separate_prompt_rows = true;
+    Scheduler(o).plan_step(streams.views, 0, plan);
+    EXPECT_EQ(plan.rows.size(), 4u);
+}
+
+TEST(Scheduler, MissedDraftsBackOffDoublingAndAHitResetsIt) {
+    using B = Scheduler::DraftBackoff;
+    auto b = Scheduler::after_drafts(3, 0, B{0, 1});
+    EXPECT_EQ(b.wait, 1);
+    EXPECT_EQ(b.backoff, 2);
+    b = Scheduler::after_drafts(3, 0, B{0, b.backoff});
+    EXPECT_EQ(b.wait, 2);
+    EXPECT_EQ(b.backoff, 4);
+    b = Scheduler::after_drafts(2, 1, B{0, 32});
+    EXPECT_EQ(b.backoff, 1);
+    b = Scheduler::after_drafts(0, 0, B{0, 8});  // nothing drafted: unchanged
+    EXPECT_EQ(b.backoff, 8);
+    b = Scheduler::after_drafts(3, 0, B{0, Scheduler::max_draft_backoff});
+    EXPECT_EQ(b.backoff, Scheduler::max_draft_backoff);
+}
+
+}  // namespace
+}  // namespace llamapp::detail
