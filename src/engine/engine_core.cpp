@@ -118,7 +118,7 @@ void EngineCore::shutdown(std::chrono::milliseconds grace) {
     stop_decoding_.cancel();
     inbox_->wake.notify_one();
     if (thread_.joinable()) thread_.join();
-    if (persistence_.store) persistence_.store->flush();  // shutdown saves are on disk now
+    if (persistence_.store) persistence_.store->store().flush();  // shutdown saves are on disk now
 }
 
 EngineStats EngineCore::stats() const {

@@ -58,8 +58,8 @@ struct Slot {
 // The engine's view of the KV store: which namespace its snapshots live in, how to look them up
 // and when to save.
 struct Persistence {
-    std::shared_ptr<KvStore> store;  // null: no store
-    KvNamespace ns;                  // scope left empty; set per request
+    std::optional<KvStoreClient> store;  // empty: no store
+    KvNamespace ns;                      // scope left empty; set per request
     SavePolicy policy;
     KvLookup lookup;
 

@@ -9,6 +9,7 @@
 #include <mutex>
 
 #include "core/reply.hpp"
+#include "kvstore/store_client.hpp"
 #include "llamapp/engine.hpp"
 #include "llamapp/request_handle.hpp"
 

@@ -18,7 +18,7 @@ Result<Persistence> make_persistence(const Model& model, const EngineOptions& op
     if (auto ok = validate(p.policy); !ok) return std::unexpected(ok.error());
     auto fingerprint = model.fingerprint();
     if (!fingerprint) return std::unexpected(fingerprint.error());
-    p.store = options.kv_store;
+    p.store.emplace(options.kv_store);
     p.ns.model_fingerprint = std::move(*fingerprint);
     // What changes the bytes of a sequence's state: the llama.cpp build that wrote it, the KV
     // types, and flash attention (it stores V transposed or not). n_ctx only bounds what fits,

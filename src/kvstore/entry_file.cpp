@@ -345,10 +345,6 @@ std::uint64_t unix_ms_now() {
                                           .count());
 }
 
-}  // namespace llamapp::detail
-
-namespace llamapp {
-
 std::string KvNamespace::id() const {
     std::string material;
     for (const std::string* s : {&model_fingerprint, &layout, &adapters, &scope}) {
@@ -359,4 +355,4 @@ std::string KvNamespace::id() const {
     return sha256_hex(material);
 }
 
-}  // namespace llamapp
+}  // namespace llamapp::detail

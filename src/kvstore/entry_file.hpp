@@ -21,8 +21,8 @@
 #include <string>
 #include <vector>
 
+#include "kvstore/store_client.hpp"
 #include "llamapp/error.hpp"
-#include "llamapp/kv_store.hpp"
 
 namespace llamapp::detail {
 

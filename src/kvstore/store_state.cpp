@@ -28,6 +28,21 @@ KvStore::Impl::~Impl() {
     for (auto& w : writers) w.join();
 }
 
+KvEntryInfo KvStore::Impl::info(const StoredEntry& e) const {
+    KvEntryInfo i;
+    i.id = e.header.id;
+    i.tier = e.ram ? "ram" : e.dir >= 0 ? dirs[static_cast<std::size_t>(e.dir)].name : "";
+    i.tokens = e.header.tokens;
+    i.payload_bytes = e.header.payload_bytes;
+    i.hits = e.header.hits;
+    i.reason = e.header.reason;
+    i.session = e.header.session;
+    i.kept_from = e.header.kept_from;
+    i.created_ms = e.header.created_ms;
+    i.last_used_ms = e.header.last_used_ms;
+    return i;
+}
+
 double KvStore::Impl::score(const StoredEntry& e) const {
     return static_cast<double>(e.header.last_used_ms) / 1000.0 +
            static_cast<double>(options.hit_weight.count()) *

@@ -13,6 +13,7 @@
 
 #include "kvstore/entry_file.hpp"
 #include "kvstore/prefix_index.hpp"
+#include "kvstore/store_client.hpp"
 #include "kvstore/store_metrics.hpp"
 #include "llamapp/kv_store.hpp"
 
@@ -63,8 +64,6 @@ struct WriteJob {
 
 enum class Drop { duplicate, pool_full, quota, too_large };
 
-}  // namespace detail
-
 struct KvSaveTicket::State {
     KvStore::Impl* store = nullptr;  // a ticket never outlives its store
     KvNamespace key;
@@ -81,6 +80,8 @@ struct KvSaveTicket::State {
     bool supersede = false;  // drop stored entries that are prefixes of this one
     SteadyClock::time_point started;
 };
+
+}  // namespace detail
 
 struct KvStore::Impl {
     KvStoreOptions options;
@@ -108,6 +109,7 @@ struct KvStore::Impl {
     ~Impl();
 
     // Lock held.
+    KvEntryInfo info(const detail::StoredEntry& e) const;
     double score(const detail::StoredEntry& e) const;
     bool make_room(detail::Tier& tier, int dir, std::uint64_t bytes,
                    std::vector<detail::Removal>& out);
@@ -117,23 +119,22 @@ struct KvStore::Impl {
     void forget_if_homeless(Handle h);
     void add(Handle h, detail::StoredEntry e);
     std::optional<std::size_t> usable(const detail::StoredEntry& e, std::size_t lcp,
-                                      std::size_t prompt, const KvLookup& lookup) const;
+                                      std::size_t prompt, const detail::KvLookup& lookup) const;
     // The entry that serves `prompt` best and how many of its tokens it matches (0: none).
     std::pair<Handle, std::size_t> best_entry(const std::string& ns_id,
                                               std::span<const Token> prompt,
-                                              const KvLookup& lookup) const;
+                                              const detail::KvLookup& lookup) const;
     // A hit on entry `h` for `matched` tokens, counted when the lookup asks; `path` gets its
     // file when it lives in a directory tier.
-    KvHit describe_hit(Handle h, std::size_t matched, const KvLookup& lookup,
-                       std::filesystem::path& path);
+    detail::KvHit describe_hit(Handle h, std::size_t matched, const detail::KvLookup& lookup,
+                               std::filesystem::path& path);
 
     // Lock not held.
-    std::expected<KvSaveTicket, detail::Drop> reserve(const KvNamespace& ns,
-                                                      std::vector<Token> tokens,
-                                                      std::uint64_t bytes, SaveReason reason,
-                                                      std::int32_t kept_from, std::string session,
-                                                      std::uint64_t max_entry_bytes);
-    void release(KvSaveTicket::State& s);
+    std::expected<detail::KvSaveTicket, detail::Drop> reserve(
+        const detail::KvNamespace& ns, std::vector<Token> tokens, std::uint64_t bytes,
+        SaveReason reason, std::int32_t kept_from, std::string session,
+        std::uint64_t max_entry_bytes);
+    void release(detail::KvSaveTicket::State& s);
     void carry_out(std::vector<detail::Removal> removals);
     void place(Handle h, detail::EntryHeader header, const Bytes& payload, int dir,
                SteadyClock::time_point started);
@@ -141,7 +142,7 @@ struct KvStore::Impl {
     Result<void> scan(int dir);
     // Reads entry `h` from directory tier `dir` into `hit` (promoting it into RAM when it fits);
     // false, with the damaged file removed, when it does not verify.
-    bool load_payload(Handle h, int dir, const std::filesystem::path& path, KvHit& hit);
+    bool load_payload(Handle h, int dir, const std::filesystem::path& path, detail::KvHit& hit);
 };
 
 }  // namespace llamapp

@@ -5,11 +5,11 @@
 #include <random>
 #include <vector>
 
-#include "llamapp/kv_store.hpp"
+#include "kvstore/store_client.hpp"
 
 namespace llamapp::test {
 
-inline KvNamespace crash_namespace() {
+inline detail::KvNamespace crash_namespace() {
     return {"crash-test-model", "f16/f16", "", ""};
 }
 

@@ -20,9 +20,9 @@ int main(int argc, char** argv) {
     }
     const int round = std::atoi(argv[2]);
     for (int i = 0; i < 100000; ++i) {
-        auto ok =
-            (*store)->put(llamapp::test::crash_namespace(), llamapp::test::crash_tokens(round, i),
-                          llamapp::test::crash_payload(round, i));
+        auto ok = llamapp::detail::KvStoreClient(*store).put(
+            llamapp::test::crash_namespace(), llamapp::test::crash_tokens(round, i),
+            llamapp::test::crash_payload(round, i));
         if (!ok) {
             std::fprintf(stderr, "%s\n", ok.error().describe().c_str());
             return 1;

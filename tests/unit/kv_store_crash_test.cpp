@@ -86,7 +86,8 @@ TEST(KvStoreCrash, KilledWritersLoseNothingPublished) {
         for (auto [r, i] : published) {
             auto tokens = test::crash_tokens(r, i);
             tokens.push_back(-1);  // a prompt extending the entry hits all of it
-            auto hit = (*store)->fetch(test::crash_namespace(), tokens, {.match = KvMatch::exact});
+            auto hit = detail::KvStoreClient(*store).fetch(test::crash_namespace(), tokens,
+                                                           {.match = detail::KvMatch::exact});
             ASSERT_TRUE(hit) << "round " << r << " entry " << i << " was published but is gone";
             EXPECT_EQ(*hit->payload, test::crash_payload(r, i));
         }

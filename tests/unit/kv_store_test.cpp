@@ -7,12 +7,18 @@
 #include <thread>
 
 #include "kvstore/entry_file.hpp"
+#include "kvstore/store_client.hpp"
 #include "support/temp_dir.hpp"
 
 namespace llamapp {
 namespace {
 
 namespace fs = std::filesystem;
+using detail::KvHit;
+using detail::KvLookup;
+using detail::KvMatch;
+using detail::KvNamespace;
+using detail::KvStoreClient;
 using test::TempDir;
 using Tokens = std::vector<Token>;
 
@@ -57,10 +63,10 @@ TEST(KvStore, LongestPrefixHitTrimsAnyStoredEntry) {
     auto store = KvStore::open({});
     ASSERT_TRUE(store) << store.error().describe();
     Tokens ab = seq(1, 40);  // A = 1..20, B = 21..40
-    ASSERT_TRUE((*store)->put(model_a(), ab, payload_for(ab)));
+    ASSERT_TRUE(KvStoreClient(*store).put(model_a(), ab, payload_for(ab)));
     Tokens ac = seq(1, 20);
     for (int i = 0; i < 10; ++i) ac.push_back(500 + i);  // A + C
-    auto hit = (*store)->fetch(model_a(), ac, {});
+    auto hit = KvStoreClient(*store).fetch(model_a(), ac, {});
     ASSERT_TRUE(hit);
     EXPECT_EQ(hit->matched_tokens, 20u);
     EXPECT_EQ(hit->entry.tokens, ab);
@@ -69,22 +75,22 @@ TEST(KvStore, LongestPrefixHitTrimsAnyStoredEntry) {
 
     // Exact-boundary models only restore whole entries.
     KvLookup exact{.match = KvMatch::exact};
-    EXPECT_FALSE((*store)->fetch(model_a(), ac, exact));
+    EXPECT_FALSE(KvStoreClient(*store).fetch(model_a(), ac, exact));
     Tokens longer = ab;
     longer.push_back(999);
-    auto whole = (*store)->fetch(model_a(), longer, exact);
+    auto whole = KvStoreClient(*store).fetch(model_a(), longer, exact);
     ASSERT_TRUE(whole);
     EXPECT_EQ(whole->matched_tokens, 40u);
     // The same prompt reuses at most len - 1 tokens: fresh logits must exist.
-    EXPECT_EQ((*store)->fetch(model_a(), ab, {})->matched_tokens, 39u);
-    EXPECT_FALSE((*store)->fetch(model_a(), ab, exact));
+    EXPECT_EQ(KvStoreClient(*store).fetch(model_a(), ab, {})->matched_tokens, 39u);
+    EXPECT_FALSE(KvStoreClient(*store).fetch(model_a(), ab, exact));
 }
 
 TEST(KvStore, NamespacesNeverShareEntries) {
     auto store = KvStore::open({});
     ASSERT_TRUE(store);
     Tokens t = seq(1, 30);
-    ASSERT_TRUE((*store)->put(model_a(), t, payload_for(t)));
+    ASSERT_TRUE(KvStoreClient(*store).put(model_a(), t, payload_for(t)));
     KvNamespace other_model = model_a();
     other_model.model_fingerprint = "fingerprint-b";
     KvNamespace other_layout = model_a();
@@ -92,11 +98,11 @@ TEST(KvStore, NamespacesNeverShareEntries) {
     KvNamespace other_scope = model_a();
     other_scope.scope = "tenant-2";
     for (const auto& ns : {other_model, other_layout, other_scope}) {
-        EXPECT_FALSE((*store)->fetch(ns, seq(1, 31), {}));
-        EXPECT_FALSE((*store)->covers(ns, t, KvMatch::prefix));
+        EXPECT_FALSE(KvStoreClient(*store).fetch(ns, seq(1, 31), {}));
+        EXPECT_FALSE(KvStoreClient(*store).covers(ns, t, KvMatch::prefix));
     }
-    EXPECT_TRUE((*store)->covers(model_a(), seq(1, 10), KvMatch::prefix));
-    EXPECT_FALSE((*store)->covers(model_a(), seq(1, 10), KvMatch::exact));
+    EXPECT_TRUE(KvStoreClient(*store).covers(model_a(), seq(1, 10), KvMatch::prefix));
+    EXPECT_FALSE(KvStoreClient(*store).covers(model_a(), seq(1, 10), KvMatch::exact));
     EXPECT_EQ((*store)->stats().misses, 3u);
 }
 
@@ -104,15 +110,16 @@ TEST(KvStore, LookupRespectsLimitsAndSlidingWindow) {
     auto store = KvStore::open({});
     ASSERT_TRUE(store);
     Tokens t = seq(1, 100);
-    ASSERT_TRUE((*store)->put(model_a(), t, payload_for(t), SaveReason::put, /*kept_from=*/60));
+    ASSERT_TRUE(
+        KvStoreClient(*store).put(model_a(), t, payload_for(t), SaveReason::put, /*kept_from=*/60));
     Tokens prompt = seq(1, 90);
     prompt.push_back(7777);
-    EXPECT_FALSE((*store)->fetch(model_a(), prompt, {.max_entry_tokens = 99}));
-    EXPECT_FALSE((*store)->fetch(model_a(), prompt, {.min_tokens = 91}));
+    EXPECT_FALSE(KvStoreClient(*store).fetch(model_a(), prompt, {.max_entry_tokens = 99}));
+    EXPECT_FALSE(KvStoreClient(*store).fetch(model_a(), prompt, {.min_tokens = 91}));
     // Window 16: a trim to 90 needs cells from 74 on; the entry kept 60..99.
-    EXPECT_TRUE((*store)->fetch(model_a(), prompt, {.sliding_window = 16}));
+    EXPECT_TRUE(KvStoreClient(*store).fetch(model_a(), prompt, {.sliding_window = 16}));
     // Window 40: cells from 50 on are needed but the entry starts at 60.
-    EXPECT_FALSE((*store)->fetch(model_a(), prompt, {.sliding_window = 40}));
+    EXPECT_FALSE(KvStoreClient(*store).fetch(model_a(), prompt, {.sliding_window = 40}));
 }
 
 TEST(KvStore, DiskEntriesSurviveReopenWithHitCounts) {
@@ -121,12 +128,14 @@ TEST(KvStore, DiskEntriesSurviveReopenWithHitCounts) {
     {
         auto store = KvStore::open(disk_only(dir.path()));
         ASSERT_TRUE(store);
-        ASSERT_TRUE((*store)->put(model_a(), t, payload_for(t), SaveReason::finish, 0, "s1"));
-        for (int i = 0; i < 2; ++i) ASSERT_TRUE((*store)->fetch(model_a(), seq(10, 70), {}));
+        ASSERT_TRUE(
+            KvStoreClient(*store).put(model_a(), t, payload_for(t), SaveReason::finish, 0, "s1"));
+        for (int i = 0; i < 2; ++i)
+            ASSERT_TRUE(KvStoreClient(*store).fetch(model_a(), seq(10, 70), {}));
         // As an engine counts a hit: later, once it used it (the file is written by a writer).
-        auto hit = (*store)->fetch(model_a(), seq(10, 70), {.count_hit = false});
+        auto hit = KvStoreClient(*store).fetch(model_a(), seq(10, 70), {.count_hit = false});
         ASSERT_TRUE(hit);
-        (*store)->record_hit(*hit);
+        KvStoreClient(*store).record_hit(*hit);
     }
     auto store = KvStore::open(disk_only(dir.path()));
     ASSERT_TRUE(store);
@@ -135,10 +144,10 @@ TEST(KvStore, DiskEntriesSurviveReopenWithHitCounts) {
     EXPECT_EQ(entries[0].hits, 3u);
     EXPECT_EQ(entries[0].tier, "disk");
     EXPECT_EQ(entries[0].reason, SaveReason::finish);
-    auto session = (*store)->session_entry(model_a(), "s1");
+    auto session = KvStoreClient(*store).session_entry(model_a(), "s1");
     ASSERT_TRUE(session);
     EXPECT_EQ(session->tokens, t);
-    auto hit = (*store)->fetch(model_a(), seq(10, 70), {});
+    auto hit = KvStoreClient(*store).fetch(model_a(), seq(10, 70), {});
     ASSERT_TRUE(hit);
     EXPECT_EQ(hit->entry.tier, "disk");
     EXPECT_EQ(*hit->payload, payload_for(t));
@@ -154,21 +163,21 @@ TEST(KvStore, RamOnlyLookupsSkipFilesAndCountNoMiss) {
     {
         auto store = KvStore::open(disk_only(dir.path()));
         ASSERT_TRUE(store);
-        ASSERT_TRUE((*store)->put(model_a(), on_disk, payload_for(on_disk)));
+        ASSERT_TRUE(KvStoreClient(*store).put(model_a(), on_disk, payload_for(on_disk)));
     }
     auto store = KvStore::open(o);  // the file is indexed, its payload not loaded
     ASSERT_TRUE(store);
-    ASSERT_TRUE((*store)->put(model_a(), in_ram, payload_for(in_ram)));
+    ASSERT_TRUE(KvStoreClient(*store).put(model_a(), in_ram, payload_for(in_ram)));
     KvLookup ram_only;
     ram_only.ram_only = true;
-    auto hit = (*store)->fetch(model_a(), seq(10, 70), ram_only);
+    auto hit = KvStoreClient(*store).fetch(model_a(), seq(10, 70), ram_only);
     ASSERT_TRUE(hit);
     EXPECT_EQ(hit->entry.tier, "ram");
     EXPECT_EQ(hit->matched_tokens, in_ram.size());
-    EXPECT_FALSE((*store)->fetch(model_a(), seq(500, 40), ram_only));
+    EXPECT_FALSE(KvStoreClient(*store).fetch(model_a(), seq(500, 40), ram_only));
     EXPECT_EQ((*store)->stats().misses, 0u);
     // An ordinary lookup reads the longer file.
-    auto full = (*store)->fetch(model_a(), seq(10, 70), {});
+    auto full = KvStoreClient(*store).fetch(model_a(), seq(10, 70), {});
     ASSERT_TRUE(full);
     EXPECT_EQ(full->matched_tokens, on_disk.size());
 }
@@ -228,7 +237,7 @@ TEST(KvStore, CorruptFilesAreNeverRestored) {
         {
             auto store = KvStore::open(disk_only(dir.path()));
             ASSERT_TRUE(store);
-            ASSERT_TRUE((*store)->put(model_a(), t, payload_for(t, 2000)));
+            ASSERT_TRUE(KvStoreClient(*store).put(model_a(), t, payload_for(t, 2000)));
         }
         const fs::path file = entry_files(dir.path()).at(0);
         const auto size = fs::file_size(file);
@@ -265,7 +274,7 @@ TEST(KvStore, CorruptFilesAreNeverRestored) {
             .write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
         auto store = KvStore::open(disk_only(dir.path()));
         ASSERT_TRUE(store);
-        EXPECT_FALSE((*store)->fetch(model_a(), prompt, {})) << "round " << round;
+        EXPECT_FALSE(KvStoreClient(*store).fetch(model_a(), prompt, {})) << "round " << round;
         const auto stats = (*store)->stats();
         EXPECT_EQ(stats.tiers.at(0).corrupt_files, 1u) << "round " << round << " damage " << damage;
         EXPECT_TRUE(entry_files(dir.path()).empty()) << "round " << round;
@@ -282,8 +291,8 @@ TEST(KvStore, UsageDamageLosesOnlyTheUsage) {
         {
             auto store = KvStore::open(disk_only(dir.path()));
             ASSERT_TRUE(store);
-            ASSERT_TRUE((*store)->put(model_a(), t, payload_for(t, 2000)));
-            ASSERT_TRUE((*store)->fetch(model_a(), seq(1, 60), {}));  // hits 1
+            ASSERT_TRUE(KvStoreClient(*store).put(model_a(), t, payload_for(t, 2000)));
+            ASSERT_TRUE(KvStoreClient(*store).fetch(model_a(), seq(1, 60), {}));  // hits 1
         }
         const fs::path file = entry_files(dir.path()).at(0);
         std::fstream f(file, std::ios::binary | std::ios::in | std::ios::out);
@@ -300,7 +309,7 @@ TEST(KvStore, UsageDamageLosesOnlyTheUsage) {
         ASSERT_EQ(entries.size(), 1u) << "byte " << at;
         EXPECT_EQ(entries[0].hits, 0u) << "byte " << at;
         EXPECT_EQ(entries[0].last_used_ms, entries[0].created_ms) << "byte " << at;
-        auto hit = (*store)->fetch(model_a(), seq(1, 60), {});
+        auto hit = KvStoreClient(*store).fetch(model_a(), seq(1, 60), {});
         ASSERT_TRUE(hit) << "byte " << at;
         EXPECT_EQ(*hit->payload, payload_for(t, 2000));
         EXPECT_EQ((*store)->stats().tiers.at(0).corrupt_files, 0u);
@@ -345,25 +354,27 @@ TEST(KvStore, RamQuotaHoldsAndEvictionFollowsHitsThenRecency) {
     std::vector<Tokens> t;
     for (int i = 0; i < 3; ++i) {
         t.push_back(seq(1000 * (i + 1), 20));
-        ASSERT_TRUE((*store)->put(model_a(), t.back(), payload_for(t.back(), entry)));
+        ASSERT_TRUE(KvStoreClient(*store).put(model_a(), t.back(), payload_for(t.back(), entry)));
     }
     // The first entry is hit often but long ago; the other two once each, later. Plain
     // recency would evict the first; weighted by hits, the least recent of the other two goes.
-    for (int i = 0; i < 5; ++i) ASSERT_TRUE((*store)->fetch(model_a(), seq(1000, 21), {}));
+    for (int i = 0; i < 5; ++i)
+        ASSERT_TRUE(KvStoreClient(*store).fetch(model_a(), seq(1000, 21), {}));
     std::this_thread::sleep_for(std::chrono::milliseconds(5));  // last-use times in ms
-    ASSERT_TRUE((*store)->fetch(model_a(), seq(2000, 21), {}));
+    ASSERT_TRUE(KvStoreClient(*store).fetch(model_a(), seq(2000, 21), {}));
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    ASSERT_TRUE((*store)->fetch(model_a(), seq(3000, 21), {}));
+    ASSERT_TRUE(KvStoreClient(*store).fetch(model_a(), seq(3000, 21), {}));
     Tokens fourth = seq(5000, 20);
-    ASSERT_TRUE((*store)->put(model_a(), fourth, payload_for(fourth, entry)));
+    ASSERT_TRUE(KvStoreClient(*store).put(model_a(), fourth, payload_for(fourth, entry)));
     const auto stats = (*store)->stats();
     EXPECT_LE(stats.tiers[0].bytes, o.ram_bytes);
     EXPECT_EQ(stats.tiers[0].evictions, 1u);
-    EXPECT_TRUE((*store)->covers(model_a(), t[0], KvMatch::exact));
-    EXPECT_FALSE((*store)->covers(model_a(), t[1], KvMatch::exact));
-    EXPECT_TRUE((*store)->covers(model_a(), t[2], KvMatch::exact));
+    EXPECT_TRUE(KvStoreClient(*store).covers(model_a(), t[0], KvMatch::exact));
+    EXPECT_FALSE(KvStoreClient(*store).covers(model_a(), t[1], KvMatch::exact));
+    EXPECT_TRUE(KvStoreClient(*store).covers(model_a(), t[2], KvMatch::exact));
     // Larger than the whole quota: dropped and counted, never stored.
-    EXPECT_FALSE((*store)->put(model_a(), seq(9000, 5), payload_for(seq(9000, 5), 4 * entry)));
+    EXPECT_FALSE(
+        KvStoreClient(*store).put(model_a(), seq(9000, 5), payload_for(seq(9000, 5), 4 * entry)));
     EXPECT_EQ((*store)->stats().dropped_saves, 1u);
 }
 
@@ -377,7 +388,7 @@ TEST(KvStore, DiskQuotaHoldsAndEvictionsDemoteToTheNextTier) {
     ASSERT_TRUE(store);
     for (int i = 0; i < 20; ++i) {
         Tokens t = seq(100 * (i + 1), 30);
-        ASSERT_TRUE((*store)->put(model_a(), t, payload_for(t, 4500)));
+        ASSERT_TRUE(KvStoreClient(*store).put(model_a(), t, payload_for(t, 4500)));
         EXPECT_LE(directory_bytes(fast.path()), quota);
         EXPECT_LE(directory_bytes(slow.path()), 2 * quota);
     }
@@ -385,7 +396,7 @@ TEST(KvStore, DiskQuotaHoldsAndEvictionsDemoteToTheNextTier) {
     EXPECT_GT(stats.tiers[0].evictions, 0u);
     EXPECT_GT(stats.tiers[1].entries, 0u);
     // The first entries went down to the slow tier and then out; the newest is in the fast one.
-    auto newest = (*store)->fetch(model_a(), seq(2000, 31), {});
+    auto newest = KvStoreClient(*store).fetch(model_a(), seq(2000, 31), {});
     ASSERT_TRUE(newest);
     EXPECT_EQ(newest->entry.tier, "fast");
     // Reopening with a smaller quota evicts down to it.
@@ -402,7 +413,7 @@ TEST(KvStore, ALongerEntryReplacesItsPrefixesOnlyWhereItIsPublished) {
     o.ram_bytes = 1 << 20;
     o.max_pending_saves = 1;
     const Tokens a = seq(1, 20), ab = seq(1, 40), abc = seq(1, 60);
-    const auto save = [](KvStore& store, const Tokens& t) {
+    const auto save = [](const KvStoreClient& store, const Tokens& t) {
         auto ticket = store.reserve(model_a(), t, 4096, SaveReason::finish, 0, {}, KvMatch::prefix);
         if (!ticket) return false;
         const auto p = payload_for(t);
@@ -413,24 +424,24 @@ TEST(KvStore, ALongerEntryReplacesItsPrefixesOnlyWhereItIsPublished) {
     {
         auto store = KvStore::open(o);
         ASSERT_TRUE(store);
-        ASSERT_TRUE(save(**store, a));
+        ASSERT_TRUE(save(KvStoreClient(*store), a));
         (*store)->flush();
         // Published on disk: the longer entry replaces the shorter one there.
-        ASSERT_TRUE(save(**store, ab));
+        ASSERT_TRUE(save(KvStoreClient(*store), ab));
         (*store)->flush();
         ASSERT_EQ((*store)->entries().size(), 1u);
         EXPECT_EQ((*store)->entries()[0].tokens, ab);
         EXPECT_EQ(entry_files(dir.path()).size(), 1u);
         // The writer queue is full, so the next one lives in RAM alone: the file of its
         // prefix, all a crash would leave, stays.
-        auto busy = (*store)->reserve(model_a(), seq(500, 10), 100, SaveReason::finish);
+        auto busy = KvStoreClient(*store).reserve(model_a(), seq(500, 10), 100, SaveReason::finish);
         ASSERT_TRUE(busy);
-        ASSERT_TRUE(save(**store, abc));
+        ASSERT_TRUE(save(KvStoreClient(*store), abc));
         EXPECT_EQ((*store)->entries().size(), 2u);
     }
     auto reopened = KvStore::open(o);
     ASSERT_TRUE(reopened);
-    auto hit = (*reopened)->fetch(model_a(), seq(1, 50), {});
+    auto hit = KvStoreClient(*reopened).fetch(model_a(), seq(1, 50), {});
     ASSERT_TRUE(hit);
     EXPECT_EQ(hit->matched_tokens, 40u);
 }
@@ -440,13 +451,13 @@ TEST(KvStore, EntriesOverTheSizeLimitAreDropped) {
     o.policy.max_entry_bytes = 4096;
     auto store = KvStore::open(o);
     ASSERT_TRUE(store);
-    EXPECT_TRUE((*store)->put(model_a(), seq(1, 10), payload_for(seq(1, 10), 4096)));
-    EXPECT_FALSE((*store)->put(model_a(), seq(2, 10), payload_for(seq(2, 10), 4097)));
+    EXPECT_TRUE(KvStoreClient(*store).put(model_a(), seq(1, 10), payload_for(seq(1, 10), 4096)));
+    EXPECT_FALSE(KvStoreClient(*store).put(model_a(), seq(2, 10), payload_for(seq(2, 10), 4097)));
     // A caller's own limit (an engine's policy) replaces the store's.
-    EXPECT_FALSE((*store)->reserve(model_a(), seq(3, 10), 2048, SaveReason::finish, 0, {},
-                                   KvMatch::exact, 1024));
-    EXPECT_TRUE((*store)->reserve(model_a(), seq(4, 10), 8192, SaveReason::finish, 0, {},
-                                  KvMatch::exact, 0));
+    EXPECT_FALSE(KvStoreClient(*store).reserve(model_a(), seq(3, 10), 2048, SaveReason::finish, 0,
+                                               {}, KvMatch::exact, 1024));
+    EXPECT_TRUE(KvStoreClient(*store).reserve(model_a(), seq(4, 10), 8192, SaveReason::finish, 0,
+                                              {}, KvMatch::exact, 0));
     EXPECT_EQ((*store)->stats().dropped_saves, 2u);
     EXPECT_NE((*store)->metrics().prometheus_text().find(
                   "llamapp_kvstore_dropped_saves_total{reason=\"too_large\"} 2"),
@@ -461,14 +472,14 @@ TEST(KvStore, ClearAndPrune) {
     ASSERT_TRUE(store);
     for (int i = 0; i < 4; ++i) {
         Tokens t = seq(50 * (i + 1), 10);
-        ASSERT_TRUE((*store)->put(model_a(), t, payload_for(t)));
+        ASSERT_TRUE(KvStoreClient(*store).put(model_a(), t, payload_for(t)));
     }
     EXPECT_EQ((*store)->prune(std::chrono::seconds{3600}), 0u);
     EXPECT_EQ((*store)->prune(std::chrono::seconds{0}), 4u);  // unused since just now
     EXPECT_TRUE((*store)->entries().empty());
     EXPECT_TRUE(entry_files(dir.path()).empty());
     Tokens t = seq(7, 10);
-    ASSERT_TRUE((*store)->put(model_a(), t, payload_for(t)));
+    ASSERT_TRUE(KvStoreClient(*store).put(model_a(), t, payload_for(t)));
     EXPECT_EQ((*store)->prune(std::chrono::seconds::max()), 0u);  // clamped, not overflowed
     EXPECT_EQ((*store)->clear(), 1u);
     EXPECT_TRUE((*store)->entries().empty());
@@ -483,19 +494,20 @@ TEST(KvStore, ReservedSavesWriteOffTheCallingThread) {
     auto store = KvStore::open(o);
     ASSERT_TRUE(store);
     Tokens t = seq(1, 10);
-    auto ticket = (*store)->reserve(model_a(), t, 100, SaveReason::finish);
+    auto ticket = KvStoreClient(*store).reserve(model_a(), t, 100, SaveReason::finish);
     ASSERT_TRUE(ticket);
     // The only writer slot is taken: a second save is dropped, not queued.
-    EXPECT_FALSE((*store)->reserve(model_a(), seq(2, 10), 100, SaveReason::finish));
+    EXPECT_FALSE(KvStoreClient(*store).reserve(model_a(), seq(2, 10), 100, SaveReason::finish));
     std::fill(ticket->bytes().begin(), ticket->bytes().end(), std::uint8_t{7});
-    (*store)->commit(std::move(*ticket));
+    KvStoreClient(*store).commit(std::move(*ticket));
     (*store)->flush();
     EXPECT_EQ(entry_files(dir.path()).size(), 1u);
     EXPECT_EQ((*store)->stats().dropped_saves, 1u);
     // A reservation dropped uncommitted gives its slot back.
-    { auto unused = (*store)->reserve(model_a(), seq(3, 10), 100, SaveReason::finish); }
-    EXPECT_TRUE((*store)->reserve(model_a(), seq(4, 10), 100, SaveReason::finish));
-    EXPECT_FALSE((*store)->reserve(model_a(), t, 100, SaveReason::finish));  // duplicate
+    { auto unused = KvStoreClient(*store).reserve(model_a(), seq(3, 10), 100, SaveReason::finish); }
+    EXPECT_TRUE(KvStoreClient(*store).reserve(model_a(), seq(4, 10), 100, SaveReason::finish));
+    EXPECT_FALSE(
+        KvStoreClient(*store).reserve(model_a(), t, 100, SaveReason::finish));  // duplicate
     EXPECT_EQ((*store)->stats().duplicate_saves, 1u);
 }
 
@@ -513,9 +525,9 @@ TEST(KvStore, MetricsArePerTierInPrometheusText) {
     auto store = KvStore::open(o);
     ASSERT_TRUE(store);
     Tokens t = seq(1, 20);
-    ASSERT_TRUE((*store)->put(model_a(), t, payload_for(t), SaveReason::finish));
-    ASSERT_TRUE((*store)->fetch(model_a(), seq(1, 25), {}));
-    EXPECT_FALSE((*store)->fetch(model_a(), seq(900, 25), {}));
+    ASSERT_TRUE(KvStoreClient(*store).put(model_a(), t, payload_for(t), SaveReason::finish));
+    ASSERT_TRUE(KvStoreClient(*store).fetch(model_a(), seq(1, 25), {}));
+    EXPECT_FALSE(KvStoreClient(*store).fetch(model_a(), seq(900, 25), {}));
     const std::string text = (*store)->metrics().prometheus_text();
     for (const char* line : {
              "llamapp_kvstore_entries{model=\"m\",tier=\"ram\"} 1",
