@@ -151,7 +151,7 @@ void EngineCore::start_running(const Admission& admission, std::unique_ptr<Pendi
     auto r = std::make_unique<Running>();
     r->pending = std::move(pending);
     r->next_prompt = slot.cached.size();
-    r->save_at = prefill_boundary(prompt.size(), slot.cached.size());
+    r->save_at = scheduler_.prefill_save_at(prompt.size(), slot.cached.size());
     r->cache = cache;
     r->admitted = now;
     r->queue_ms = ms_between(r->pending->submitted, now);

@@ -17,7 +17,7 @@ bool cpu_flash_attention(const EngineOptions& options) {
 }
 
 SchedulerOptions scheduler_options(const EngineOptions& options, const ReuseModes& modes,
-                                   const ContextState& state) {
+                                   const ContextState& state, const Persistence& persistence) {
     SchedulerOptions s;
     s.modes = modes;
     s.prefix_reuse = options.prefix_reuse;
@@ -35,6 +35,11 @@ SchedulerOptions scheduler_options(const EngineOptions& options, const ReuseMode
     // Within one ubatch, so that a lead and its drafts are placed together.
     s.draft_rows = std::min(options.draft_batch_rows, state.n_ubatch());
     s.strategy = options.strategy;
+    if (persistence.store) {
+        s.saves = persistence.policy;
+        s.any_prefix_restores =
+            persistence.lookup.match == KvMatch::prefix && persistence.lookup.sliding_window == 0;
+    }
     return s;
 }
 
@@ -51,7 +56,7 @@ EngineCore::EngineCore(Context context, EngineOptions options, EngineMetrics met
       n_ctx_seq_(state_.n_ctx_seq()),
       n_batch_(state_.n_batch()),
       inbox_(std::make_shared<Inbox>()),
-      scheduler_(scheduler_options(options_, modes_, state_)),
+      scheduler_(scheduler_options(options_, modes_, state_, persistence_)),
       batch_(n_batch_) {
     const int n_slots = state_.n_seq_max();
     slots_.resize(static_cast<std::size_t>(n_slots));

@@ -139,14 +139,13 @@ class EngineCore {
     // KV store: restore a prefetched entry into `slot` (false leaves the slot empty); save a
     // sequence's state when the policy asks and the store does not hold it yet.
     bool restore(Slot& slot, const KvHit& hit);
-    // What `slot` holds beyond its first `kept` tokens is about to go: a deferred finish save is
-    // taken now, else an eviction save per the policy (not for a tail under min_tokens).
+    // What `slot` holds beyond its first `kept` tokens is about to go: takes the save the
+    // scheduler asks for (Scheduler::save_before_losing).
     void save_before_losing(Slot& slot, std::size_t kept);
     // Takes every deferred finish save.
     void take_deferred_saves();
     void save(Slot& slot, SaveReason reason);
     void save_prefill_boundaries();
-    std::size_t prefill_boundary(std::size_t prompt, std::size_t reused) const;
 
     void emit(Running& running, StreamPiece piece);
     void finish(Slot& slot, FinishReason reason, std::optional<Error> error = std::nullopt);

@@ -73,24 +73,6 @@ bool EngineCore::restore(Slot& slot, const KvHit& hit) {
     return true;
 }
 
-// Where a long cold prompt is saved: `boundary_trim_tokens` before its end, aligned down, so an
-// extended or re-rendered prompt still lands on the entry. 0 = no prefill save. Where any prefix
-// of an entry restores (attention without a sliding window), the whole prompt is saved instead,
-// once its first token is out: the copy then never delays the first token.
-std::size_t EngineCore::prefill_boundary(std::size_t prompt, std::size_t reused) const {
-    const SavePolicy& p = persistence_.policy;
-    if (!persistence_.store || !p.on_prefill ||
-        prompt - reused < static_cast<std::size_t>(p.prefill_min_tokens))
-        return 0;
-    if (persistence_.lookup.match == KvMatch::prefix && persistence_.lookup.sliding_window == 0)
-        return prompt;
-    const auto trim = static_cast<std::size_t>(p.boundary_trim_tokens);
-    const auto align = static_cast<std::size_t>(p.boundary_align_tokens);
-    if (prompt <= trim) return 0;
-    const std::size_t at = (prompt - trim) / align * align;
-    return at > reused && at >= static_cast<std::size_t>(p.min_tokens) ? at : 0;
-}
-
 void EngineCore::save_prefill_boundaries() {
     for (auto& s : slots_) {
         if (!s.running || s.running->save_at == 0 || s.cached.size() != s.running->save_at)
@@ -102,17 +84,8 @@ void EngineCore::save_prefill_boundaries() {
 
 void EngineCore::save_before_losing(Slot& slot, std::size_t kept) {
     const bool pending = std::exchange(slot.save_pending, false);
-    // Only the tail past `kept` is lost; the rest stays live and is saved with the next
-    // request's state. A tail shorter than min_tokens costs less to recompute than a copy of
-    // the whole sequence (a conversation's next turn re-renders the last reply a little
-    // differently and lands here on every turn).
-    const auto tail = static_cast<std::size_t>(persistence_.policy.min_tokens);
-    if (slot.cached.size() <= kept || (kept > 0 && slot.cached.size() - kept < tail)) return;
-    if (pending) {
-        save(slot, SaveReason::finish);
-    } else if (persistence_.policy.on_evict) {
-        save(slot, SaveReason::evict);
-    }
+    if (auto reason = scheduler_.save_before_losing(slot.cached.size(), kept, pending))
+        save(slot, *reason);
 }
 
 void EngineCore::take_deferred_saves() {

@@ -337,4 +337,38 @@ Error deadline_passed() {
     return Error{ErrorCode::timeout, "generation deadline passed", "timeout"};
 }
 
+// ---- KV store saves ---------------------------------------------------------------------------
+
+// A long cold prompt is saved `boundary_trim_tokens` before its end, aligned down, so that an
+// extended or re-rendered prompt still lands on the entry. Where any prefix of an entry
+// restores, the whole prompt is saved instead, once its first token is out: the copy then never
+// delays the first token.
+std::size_t Scheduler::prefill_save_at(std::size_t prompt, std::size_t reused) const {
+    if (!options_.saves) return 0;
+    const SavePolicy& p = *options_.saves;
+    if (!p.on_prefill || prompt < reused ||
+        prompt - reused < static_cast<std::size_t>(p.prefill_min_tokens))
+        return 0;
+    if (options_.any_prefix_restores) return prompt;
+    const auto trim = static_cast<std::size_t>(p.boundary_trim_tokens);
+    const auto align = static_cast<std::size_t>(p.boundary_align_tokens);
+    if (prompt <= trim) return 0;
+    const std::size_t at = (prompt - trim) / align * align;
+    return at > reused && at >= static_cast<std::size_t>(p.min_tokens) ? at : 0;
+}
+
+// Only the tail past `kept` is lost; the rest stays live and is saved with the next request's
+// state. A tail shorter than min_tokens costs less to recompute than a copy of the whole
+// sequence (a conversation's next turn re-renders the last reply a little differently and lands
+// here on every turn).
+std::optional<SaveReason> Scheduler::save_before_losing(std::size_t cached, std::size_t kept,
+                                                        bool finish_pending) const {
+    if (!options_.saves) return std::nullopt;
+    const auto tail = static_cast<std::size_t>(options_.saves->min_tokens);
+    if (cached <= kept || (kept > 0 && cached - kept < tail)) return std::nullopt;
+    if (finish_pending) return SaveReason::finish;
+    if (options_.saves->on_evict) return SaveReason::evict;
+    return std::nullopt;
+}
+
 }  // namespace llamapp::detail

@@ -19,6 +19,7 @@
 #include "llamapp/batch_strategy.hpp"
 #include "llamapp/context.hpp"
 #include "llamapp/error.hpp"
+#include "llamapp/kv_store.hpp"
 #include "llamapp/request_handle.hpp"
 
 namespace llamapp::detail {
@@ -113,6 +114,9 @@ struct SchedulerOptions {
     int draft_match = 3;
     int draft_rows = 0;                       // EngineOptions::draft_batch_rows within one ubatch
     std::shared_ptr<BatchStrategy> strategy;  // null: decode_maximal()
+    // Saves to the KV store: the engine's policy, or empty without a store.
+    std::optional<SavePolicy> saves;
+    bool any_prefix_restores = false;  // any prefix of an entry restores (no sliding window)
 };
 
 class Scheduler {
@@ -145,6 +149,14 @@ class Scheduler {
         int backoff = 1;
     };
     static DraftBackoff after_drafts(int decoded, int accepted, DraftBackoff now);
+
+    // KV store saves, which the engine core takes. Where the prefill of a prompt with `reused`
+    // tokens already cached stops for a save (0: none).
+    std::size_t prefill_save_at(std::size_t prompt, std::size_t reused) const;
+    // What to save of a slot whose `cached` tokens past `kept` are about to be dropped: the
+    // finish save still pending for them, an eviction save, or nothing.
+    std::optional<SaveReason> save_before_losing(std::size_t cached, std::size_t kept,
+                                                 bool finish_pending) const;
 
   private:
     std::size_t usable_prefix(const SlotView& from, const RequestView& request) const;

@@ -337,6 +337,71 @@ TEST(Scheduler, KvPressureEvictsPlainIdleSequencesBeforeSessionsOldestFirst) {
     }
 }
 
+// ---- KV store saves ---------------------------------------------------------------------------
+
+SchedulerOptions saving(bool any_prefix_restores, SavePolicy policy = {}) {
+    SchedulerOptions o = options();
+    o.saves = policy;  // defaults: min 256, prefill min 1024, trim 64, align 64
+    o.any_prefix_restores = any_prefix_restores;
+    return o;
+}
+
+TEST(Scheduler, ALongColdPromptIsSavedAtAnAlignedBoundaryOrWholeWhereAnyPrefixRestores) {
+    SavePolicy off;
+    off.on_prefill = false;
+    SavePolicy small;
+    small.min_tokens = 32;
+    small.prefill_min_tokens = 64;
+    struct Case {
+        SchedulerOptions o;
+        std::size_t prompt, reused, expected;
+    };
+    const std::vector<Case> cases = {
+        {options(), 5000, 0, 0},             // no store
+        {saving(false, off), 5000, 0, 0},    // prefill saves off
+        {saving(false), 1023, 0, 0},         // too little computed from scratch
+        {saving(false), 3000, 2000, 0},      // 1000 cold tokens: under prefill_min_tokens
+        {saving(false), 1100, 0, 1024},      // 1100 - 64 = 1036, aligned down to 1024
+        {saving(false), 5000, 100, 4928},    // (5000 - 64) / 64 * 64
+        {saving(false), 5000, 4950, 0},      // the boundary falls inside what is reused
+        {saving(true), 1100, 0, 1100},       // any prefix restores: the whole prompt
+        {saving(true), 5000, 4500, 0},       // still needs enough cold tokens
+        {saving(false, small), 100, 0, 0},   // boundary 0 is under min_tokens
+        {saving(false, small), 160, 0, 64},  // (160 - 64) / 64 * 64 = 64
+        {saving(false), 10, 20, 0},          // more reused than the prompt: nothing
+    };
+    for (std::size_t i = 0; i < cases.size(); ++i) {
+        const Case& c = cases[i];
+        EXPECT_EQ(Scheduler(c.o).prefill_save_at(c.prompt, c.reused), c.expected) << "case " << i;
+    }
+}
+
+TEST(Scheduler, ASequenceAboutToBeDroppedIsSavedOnlyWhenItsLostTailIsWorthACopy) {
+    SavePolicy no_evict;
+    no_evict.on_evict = false;
+    struct Case {
+        SchedulerOptions o;
+        std::size_t cached, kept;
+        bool finish_pending;
+        std::optional<SaveReason> expected;
+    };
+    const std::vector<Case> cases = {
+        {options(), 2000, 0, true, std::nullopt},               // no store
+        {saving(false), 2000, 0, false, SaveReason::evict},     // all of it goes
+        {saving(false), 2000, 0, true, SaveReason::finish},     // its finish save was deferred
+        {saving(false), 2000, 2000, true, std::nullopt},        // nothing is lost
+        {saving(false), 2000, 1800, false, std::nullopt},       // a 200-token tail: recompute
+        {saving(false), 2000, 1744, false, SaveReason::evict},  // a 256-token tail
+        {saving(false, no_evict), 2000, 0, false, std::nullopt},
+        {saving(false, no_evict), 2000, 0, true, SaveReason::finish},
+    };
+    for (std::size_t i = 0; i < cases.size(); ++i) {
+        const Case& c = cases[i];
+        EXPECT_EQ(Scheduler(c.o).save_before_losing(c.cached, c.kept, c.finish_pending), c.expected)
+            << "case " << i;
+    }
+}
+
 // ---- queue bounds and deadlines -------------------------------------------------------------
 
 TEST(Scheduler, QueueBoundsCountRequestsAndTokensButLetALongPromptInAlone) {
