@@ -79,7 +79,7 @@ std::optional<Completion> stream_reply(RequestHandle& handle, bool print) {
     std::optional<Completion> done;
     EngineEvent event;
     while (handle.next(event)) {
-        if (event.final) {
+        if (event.final()) {
             done = std::move(event.completion);
         } else if (print) {
             std::fwrite(event.piece.text.data(), 1, event.piece.text.size(), stdout);

@@ -43,7 +43,7 @@ int main(int argc, char** argv) {
             }
             llamapp::EngineEvent event;
             while (handle->next(event)) {
-                if (!event.final) replies[i] += event.piece.text;
+                if (!event.final()) replies[i] += event.piece.text;
             }
         });
     }

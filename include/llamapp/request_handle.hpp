@@ -38,10 +38,11 @@ struct Completion {
     int draft_accepted = 0;
 };
 
+// One event of a request: a piece of its reply, or, last of all, its completion.
 struct EngineEvent {
-    bool final = false;
-    StreamPiece piece;                     // when !final
-    std::optional<Completion> completion;  // when final
+    StreamPiece piece;                     // while not final
+    std::optional<Completion> completion;  // set on the final event only
+    bool final() const { return completion.has_value(); }
 };
 
 namespace detail {

@@ -181,7 +181,7 @@ void EngineCore::loop() {
     // Shutdown: whatever still runs or waits ends as cancelled.
     const Error stopped{ErrorCode::shutting_down, "the engine shut down", {}};
     for (auto& slot : slots_) {
-        if (slot.running) finish(slot, FinishReason::cancelled, stopped);
+        if (slot.running) stop_running(slot, FinishReason::cancelled, stopped);
     }
     std::deque<std::function<void()>> commands;
     {
@@ -194,7 +194,7 @@ void EngineCore::loop() {
         auto p = std::move(queue_.front());
         queue_.pop_front();
         dequeued(*p);
-        finish_queued(std::move(p), stopped);
+        stop_queued(std::move(p), stopped);
     }
     for (auto& c : commands) c();
     take_deferred_saves();
@@ -240,13 +240,13 @@ void EngineCore::reap() {
         auto pending = std::move(*it);
         it = queue_.erase(it);
         dequeued(*pending);
-        finish_queued(std::move(pending), std::move(expiry.error));
+        stop_queued(std::move(pending), std::move(expiry.error));
     }
     for (auto& slot : slots_) {
         if (!slot.running) continue;
         const Pending& p = *slot.running->pending;
         Expiry expiry = running_expiry(now, p.channel->cancel.cancelled(), p.deadline);
-        if (expiry.ends) finish(slot, FinishReason::cancelled, std::move(expiry.error));
+        if (expiry.ends) stop_running(slot, FinishReason::cancelled, std::move(expiry.error));
     }
 }
 
@@ -272,7 +272,7 @@ void EngineCore::emit(Running& running, StreamPiece piece) {
     running.pending->channel->push(std::move(event));
 }
 
-void EngineCore::finish(Slot& slot, FinishReason reason, std::optional<Error> error) {
+void EngineCore::stop_running(Slot& slot, FinishReason reason, std::optional<Error> error) {
     Running& r = *slot.running;
     std::string trailing = r.reply().finish(reason, std::move(error));
     if (!trailing.empty()) {
@@ -280,10 +280,10 @@ void EngineCore::finish(Slot& slot, FinishReason reason, std::optional<Error> er
         piece.text = std::move(trailing);
         emit(r, std::move(piece));
     }
-    complete(slot);
+    conclude_running(slot);
 }
 
-void EngineCore::complete(Slot& slot) {
+void EngineCore::conclude_running(Slot& slot) {
     std::unique_ptr<Running> r = std::move(slot.running);
     slot.last_used = Clock::now();
     Completion c;
@@ -300,7 +300,7 @@ void EngineCore::complete(Slot& slot) {
         const int computed = c.generation.usage.prompt_tokens - c.generation.usage.cached_tokens;
         t.prefill_tokens_per_s = t.prefill_ms > 0 ? computed * 1000.0 / t.prefill_ms : 0;
     }
-    deliver(std::move(c), *r->pending);
+    send_final(std::move(c), *r->pending);
     // After the final event, so that the copy never delays the caller; with a delay, not before
     // the engine idles (the next turn of the conversation usually reuses the live sequence).
     if (persistence_.store && persistence_.policy.on_finish) {
@@ -314,7 +314,7 @@ void EngineCore::complete(Slot& slot) {
 }
 
 // The one way a request ends: outcome metrics, the lifecycle hook, then its final event.
-void EngineCore::deliver(Completion c, const Pending& pending) {
+void EngineCore::send_final(Completion c, const Pending& pending) {
     metrics_.count_outcome(c.generation);
     metrics_.end_to_end->observe(c.generation.timings.total_ms / 1000.0);
     LifecycleEvent e;
@@ -327,7 +327,7 @@ void EngineCore::deliver(Completion c, const Pending& pending) {
     pending.channel->push_final(std::move(c));
 }
 
-void EngineCore::finish_queued(std::unique_ptr<Pending> pending, std::optional<Error> error) {
+void EngineCore::stop_queued(std::unique_ptr<Pending> pending, std::optional<Error> error) {
     Reply& reply = *pending->reply;
     // Never admitted: the prompt was not fed to the sampler and nothing of it was computed.
     reply.result().usage.prompt_tokens = static_cast<int>(pending->request.prompt.size());
@@ -336,7 +336,7 @@ void EngineCore::finish_queued(std::unique_ptr<Pending> pending, std::optional<E
     c.request_id = pending->id;
     c.generation = std::move(reply.result());
     c.queue_ms = ms_between(pending->submitted, Clock::now());
-    deliver(std::move(c), *pending);
+    send_final(std::move(c), *pending);
 }
 
 }  // namespace llamapp::detail

@@ -148,10 +148,14 @@ class EngineCore {
     void save_prefill_boundaries();
 
     void emit(Running& running, StreamPiece piece);
-    void finish(Slot& slot, FinishReason reason, std::optional<Error> error = std::nullopt);
-    void complete(Slot& slot);
-    void deliver(Completion completion, const Pending& pending);
-    void finish_queued(std::unique_ptr<Pending> pending, std::optional<Error> error);
+    // How a request ends. A running one the engine stops (cancelled, past its deadline, failed)
+    // ends its reply with `reason` and is concluded; one whose reply ended by itself (stop,
+    // length) is concluded at once. Concluding frees the slot and sends the final event. A
+    // queued one the engine stops sends its final event without ever holding a slot.
+    void stop_running(Slot& slot, FinishReason reason, std::optional<Error> error = std::nullopt);
+    void conclude_running(Slot& slot);
+    void stop_queued(std::unique_ptr<Pending> pending, std::optional<Error> error);
+    void send_final(Completion completion, const Pending& pending);
     void dequeued(const Pending& pending);
     void publish_gauges();
     bool live(const Row& row) const;

@@ -24,7 +24,7 @@ void RequestChannel::push(EngineEvent event) {
     {
         std::lock_guard lock(mutex);
         if (final_pushed) return;  // exactly one final event, nothing after it
-        final_pushed = event.final;
+        final_pushed = event.final();
         events.push_back(std::move(event));
     }
     ready.notify_one();
@@ -38,7 +38,6 @@ void RequestChannel::push_final(Completion completion) {
         // Built in place: moving a whole event through a temporary trips g++ 12's
         // -Wmaybe-uninitialized on the empty optional log-probs under ASan.
         EngineEvent& e = events.emplace_back();
-        e.final = true;
         e.completion = std::move(completion);
     }
     ready.notify_one();
@@ -84,7 +83,7 @@ namespace {
 void take(detail::RequestChannel& c, EngineEvent& event) {
     event = std::move(c.events.front());
     c.events.pop_front();
-    if (event.final) c.final_taken = true;
+    if (event.final()) c.final_taken = true;
 }
 
 }  // namespace
@@ -112,7 +111,7 @@ bool RequestHandle::next(EngineEvent& event) {
 Completion RequestHandle::wait() {
     EngineEvent event;
     while (next(event)) {
-        if (event.final && event.completion) return std::move(*event.completion);
+        if (event.final()) return std::move(*event.completion);
     }
     Completion none;
     none.request_id = id();

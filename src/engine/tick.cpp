@@ -116,10 +116,10 @@ void EngineCore::process_rows(std::size_t begin, std::size_t end) {
             if (!live(rows_[i])) continue;
             Slot& s = slots_[static_cast<std::size_t>(rows_[i].slot)];
             clear_sequence(s);
-            finish(s, FinishReason::error,
-                   Error{ErrorCode::context_overflow,
-                         "the KV cache is full: no room for this request's next token",
-                         fmt::format("n_ctx={}", state_.n_ctx())});
+            stop_running(s, FinishReason::error,
+                         Error{ErrorCode::context_overflow,
+                               "the KV cache is full: no room for this request's next token",
+                               fmt::format("n_ctx={}", state_.n_ctx())});
         }
         return;
     }
@@ -142,11 +142,11 @@ void EngineCore::rollback(std::size_t begin, std::size_t end, const Error& error
         }
         if (fail_requests) {
             if (s.running->pending->channel->cancel.cancelled())
-                finish(s, FinishReason::cancelled);
+                stop_running(s, FinishReason::cancelled);
             else if (error.code == ErrorCode::timeout || error.code == ErrorCode::cancelled)
-                finish(s, FinishReason::cancelled, error);
+                stop_running(s, FinishReason::cancelled, error);
             else
-                finish(s, FinishReason::error, error);
+                stop_running(s, FinishReason::error, error);
         }
     }
 }
@@ -187,7 +187,7 @@ void EngineCore::commit_rows(std::size_t begin, std::size_t end) {
         if (!row.logits) continue;
         bool finished = sample(s, row.batch_index);
         if (row.drafts > 0) finished = accept_drafts(s, i, finished);
-        if (finished) complete(s);
+        if (finished) conclude_running(s);
     }
     save_prefill_boundaries();
 }

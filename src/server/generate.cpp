@@ -334,7 +334,7 @@ void ServerState::generate(const httplib::Request& req, httplib::Response& res, 
         std::optional<Completion> done;
         ClientWatch watch;
         while (watch.next(submitted.handle, event, [&] { return req.is_connection_closed(); }))
-            if (event.final) done = std::move(event.completion);
+            if (event.final()) done = std::move(event.completion);
         pending_log_fields() = log_fields(*done);
         if (done->generation.error) throw HttpException{http_error(*done->generation.error)};
         res.set_content(dump(reply.whole(done->generation)), "application/json");
@@ -355,7 +355,7 @@ void ServerState::generate(const httplib::Request& req, httplib::Response& res, 
                 return true;
             }
             std::string out;
-            if (!event.final) {
+            if (!event.final()) {
                 out = s.reply.piece(event.piece);
             } else {
                 s.fields = log_fields(*event.completion);

@@ -92,7 +92,7 @@ TEST(EngineStress, RandomLoadEndsEveryRequestExactlyOnce) {
             EngineEvent e;
             int finals = 0;
             while (h->next(e)) {
-                if (e.final) {
+                if (e.final()) {
                     ++finals;
                     if (!e.completion) ++bad_finals;
                 } else if (++pieces == cancel_after) {

@@ -344,7 +344,7 @@ TEST(Engine, LogprobsArriveWithEachPiece) {
     EngineEvent ev;
     int with = 0;
     while (h->next(ev)) {
-        if (ev.final) {
+        if (ev.final()) {
             EXPECT_EQ(ev.completion->generation.logprobs.size(), 6u);
             continue;
         }

@@ -21,7 +21,7 @@ inline Drained drain(RequestHandle& handle) {
     Drained d;
     EngineEvent e;
     while (handle.next(e)) {
-        if (e.final) {
+        if (e.final()) {
             ++d.finals;
             if (e.completion) d.completion = std::move(*e.completion);
         } else {
