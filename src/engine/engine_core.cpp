@@ -141,6 +141,8 @@ EngineStats EngineCore::stats() const {
 
 // ---- the loop -------------------------------------------------------------------------------
 
+// The decode thread: take the inbox, expire, admit, then one step (plan, decode, sample, emit)
+// while anything runs, else wait for work.
 void EngineCore::loop() {
     while (take_inbox()) {
         reap();
@@ -148,37 +150,42 @@ void EngineCore::loop() {
         publish_gauges();
         const bool running = std::any_of(slots_.begin(), slots_.end(),
                                          [](const Slot& s) { return s.running != nullptr; });
-        if (running) {
+        if (running)
             tick();
-            continue;
-        }
-        // Idle: sleep until something arrives, or until the nearest queue deadline, or until
-        // deferred saves are due.
-        auto until = Clock::time_point::max();
-        for (const auto& p : queue_) until = std::min({until, p->queue_deadline, p->deadline});
-        if (std::any_of(slots_.begin(), slots_.end(),
-                        [](const Slot& s) { return s.save_pending; })) {
-            if (Clock::now() >= saves_due_) {
-                take_deferred_saves();
-                continue;
-            }
-            until = std::min(until, saves_due_);
-        }
-        std::unique_lock lock(inbox_->mutex);
-        // Idle only if nothing arrived since take_inbox(): a submit in between has already marked
-        // the engine busy, and a stale "idle" would let a graceful shutdown cancel that request.
-        if (queue_.empty() && inbox_->submitted.empty()) {
-            std::lock_guard idle_lock(idle_mutex_);
-            is_idle_ = true;
-            idle_.notify_all();
-        }
-        auto woken = [&] { return inbox_->dirty || inbox_->stop; };
-        if (until == Clock::time_point::max())
-            inbox_->wake.wait(lock, woken);
         else
-            inbox_->wake.wait_until(lock, until, woken);
+            wait_for_work();
     }
-    // Shutdown: whatever still runs or waits ends as cancelled.
+    end_all_at_shutdown();
+}
+
+// Idle: takes the deferred saves once they are due, else sleeps until something arrives, the
+// nearest queue deadline passes or the deferred saves fall due.
+void EngineCore::wait_for_work() {
+    auto until = Clock::time_point::max();
+    for (const auto& p : queue_) until = std::min({until, p->queue_deadline, p->deadline});
+    if (std::any_of(slots_.begin(), slots_.end(), [](const Slot& s) { return s.save_pending; })) {
+        if (Clock::now() >= saves_due_) {
+            take_deferred_saves();
+            return;
+        }
+        until = std::min(until, saves_due_);
+    }
+    std::unique_lock lock(inbox_->mutex);
+    // Idle only if nothing arrived since take_inbox(): a submit in between has already marked
+    // the engine busy, and a stale "idle" would let a graceful shutdown cancel that request.
+    if (queue_.empty() && inbox_->submitted.empty()) {
+        std::lock_guard idle_lock(idle_mutex_);
+        is_idle_ = true;
+        idle_.notify_all();
+    }
+    auto woken = [&] { return inbox_->dirty || inbox_->stop; };
+    if (until == Clock::time_point::max())
+        inbox_->wake.wait(lock, woken);
+    else
+        inbox_->wake.wait_until(lock, until, woken);
+}
+
+void EngineCore::end_all_at_shutdown() {
     const Error stopped{ErrorCode::shutting_down, "the engine shut down", {}};
     for (auto& slot : slots_) {
         if (slot.running) stop_running(slot, FinishReason::cancelled, stopped);

@@ -107,6 +107,9 @@ class EngineCore {
   private:
     void loop();
     bool take_inbox();  // false once asked to stop
+    void wait_for_work();
+    // Whatever still runs or waits ends as cancelled; then the shutdown saves.
+    void end_all_at_shutdown();
     void reap();
     void admit();
     void tick();
