@@ -108,6 +108,10 @@ namespace fs = std::filesystem;
 
 KvStoreClient::KvStoreClient(std::shared_ptr<KvStore> store) : store_(std::move(store)) {}
 
+KvStore::Impl& KvStoreClient::impl() const {
+    return *store_->impl_;
+}
+
 // ---- tickets --------------------------------------------------------------------------------
 
 KvSaveTicket::KvSaveTicket(std::unique_ptr<State> state) : state_(std::move(state)) {}
@@ -130,7 +134,7 @@ std::span<std::uint8_t> KvSaveTicket::bytes() {
 
 std::optional<KvHit> KvStoreClient::fetch(const KvNamespace& ns, std::span<const Token> prompt,
                                           const KvLookup& lookup) const {
-    KvStore::Impl& s = *store_->impl_;
+    KvStore::Impl& s = impl();
     const auto started = SteadyClock::now();
     KvHit hit;
     int dir = -1;
@@ -163,7 +167,7 @@ std::optional<KvHit> KvStoreClient::fetch(const KvNamespace& ns, std::span<const
 
 // Called on an engine's decode thread: the file's usage block is rewritten by a writer thread.
 void KvStoreClient::record_hit(const KvHit& hit) const {
-    KvStore::Impl& s = *store_->impl_;
+    KvStore::Impl& s = impl();
     std::lock_guard lock(s.mutex);
     auto it = s.by_id.find(hit.entry.id);
     if (it == s.by_id.end()) return;
@@ -187,10 +191,10 @@ bool KvStoreClient::covers(const KvNamespace& ns, std::span<const Token> tokens,
                            KvMatch match) const {
     const std::string ns_id = ns.id();
     const std::string id = match == KvMatch::exact ? entry_id(ns_id, tokens) : std::string{};
-    std::lock_guard lock(store_->impl_->mutex);
-    if (match == KvMatch::exact) return store_->impl_->by_id.contains(id);
-    auto idx = store_->impl_->indexes.find(ns_id);
-    return idx != store_->impl_->indexes.end() && !tokens.empty() &&
+    std::lock_guard lock(impl().mutex);
+    if (match == KvMatch::exact) return impl().by_id.contains(id);
+    auto idx = impl().indexes.find(ns_id);
+    return idx != impl().indexes.end() && !tokens.empty() &&
            idx->second.deepest_match(tokens) == tokens.size();
 }
 
@@ -201,16 +205,15 @@ std::optional<KvSaveTicket> KvStoreClient::reserve(
     std::int32_t kept_from, std::string session, KvMatch match,
     std::optional<std::uint64_t> max_entry_bytes) const {
     if (tokens.empty() || bytes == 0) return std::nullopt;
-    auto t = store_->impl_->reserve(
-        ns, std::move(tokens), bytes, reason, kept_from, std::move(session),
-        max_entry_bytes.value_or(store_->impl_->options.policy.max_entry_bytes));
+    auto t = impl().reserve(ns, std::move(tokens), bytes, reason, kept_from, std::move(session),
+                            max_entry_bytes.value_or(impl().options.policy.max_entry_bytes));
     if (!t) return std::nullopt;
     t->state_->supersede = match == KvMatch::prefix && kept_from <= 0;
     return std::move(*t);
 }
 
 void KvStoreClient::commit(KvSaveTicket ticket) const {
-    KvStore::Impl& s = *store_->impl_;
+    KvStore::Impl& s = impl();
     std::unique_ptr<KvSaveTicket::State> st = std::move(ticket.state_);
     if (!st) return;
     std::vector<Removal> removals;
@@ -277,9 +280,8 @@ Result<void> KvStoreClient::put(const KvNamespace& ns, std::vector<Token> tokens
     if (tokens.empty() || payload.empty())
         return fail(ErrorCode::invalid_argument, "an entry needs tokens and a payload");
     const std::string id = entry_id(ns.id(), tokens);
-    auto t =
-        store_->impl_->reserve(ns, std::move(tokens), payload.size(), reason, kept_from,
-                               std::move(session), store_->impl_->options.policy.max_entry_bytes);
+    auto t = impl().reserve(ns, std::move(tokens), payload.size(), reason, kept_from,
+                            std::move(session), impl().options.policy.max_entry_bytes);
     if (!t) {
         switch (t.error()) {
             case Drop::duplicate:
@@ -294,11 +296,10 @@ Result<void> KvStoreClient::put(const KvNamespace& ns, std::vector<Token> tokens
     std::copy(payload.begin(), payload.end(), t->bytes().begin());
     commit(std::move(*t));
     store_->flush();
-    std::lock_guard lock(store_->impl_->mutex);
-    auto it = store_->impl_->by_id.find(id);
+    std::lock_guard lock(impl().mutex);
+    auto it = impl().by_id.find(id);
     const bool stored =
-        it != store_->impl_->by_id.end() &&
-        (store_->impl_->dirs.empty() || store_->impl_->entries.at(it->second).dir >= 0);
+        it != impl().by_id.end() && (impl().dirs.empty() || impl().entries.at(it->second).dir >= 0);
     if (!stored) return fail(ErrorCode::io_error, "the entry could not be written", id);
     return {};
 }
@@ -308,16 +309,16 @@ Result<void> KvStoreClient::put(const KvNamespace& ns, std::vector<Token> tokens
 void KvStoreClient::report_restore_failure(const KvHit& hit) const {
     log(LogLevel::warning, "kvstore: a context could not restore entry {} ({} tokens)",
         hit.entry.id, hit.entry.tokens.size());
-    store_->impl_->metrics.restore_failures->inc();
+    impl().metrics.restore_failures->inc();
 }
 
 std::optional<KvEntryInfo> KvStoreClient::session_entry(const KvNamespace& ns,
                                                         const std::string& session) const {
     const std::string ns_id = ns.id();
-    std::lock_guard lock(store_->impl_->mutex);
-    auto it = store_->impl_->sessions.find({ns_id, session});
-    if (it == store_->impl_->sessions.end()) return std::nullopt;
-    return store_->impl_->info(store_->impl_->entries.at(it->second));
+    std::lock_guard lock(impl().mutex);
+    auto it = impl().sessions.find({ns_id, session});
+    if (it == impl().sessions.end()) return std::nullopt;
+    return impl().info(impl().entries.at(it->second));
 }
 
 }  // namespace llamapp::detail

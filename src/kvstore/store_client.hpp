@@ -113,6 +113,7 @@ class KvStoreClient {
     KvStore& store() const { return *store_; }
 
   private:
+    KvStore::Impl& impl() const;
     std::shared_ptr<KvStore> store_;
 };
 
