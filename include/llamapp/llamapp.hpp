@@ -17,6 +17,7 @@
 #include "llamapp/log.hpp"
 #include "llamapp/metrics.hpp"
 #include "llamapp/model.hpp"
+#include "llamapp/model_ref.hpp"
 #include "llamapp/request_handle.hpp"
 #include "llamapp/sampling.hpp"
 #include "llamapp/tokenizer.hpp"
