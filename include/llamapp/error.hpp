@@ -32,6 +32,8 @@ enum class ErrorCode {
     already_exists,         // a named thing (session) exists already
     busy,                   // the target is in use (a session with a request in flight)
     shutting_down,          // the engine is stopping and accepts no more work
+    insufficient_memory,    // a model would not fit the memory budget of a device
+    model_unavailable,      // the model failed to load, or is being unloaded for good
 };
 
 // Stable snake_case name of a code, e.g. "file_not_found".

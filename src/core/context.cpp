@@ -7,6 +7,7 @@
 
 #include "core/context_state.hpp"
 #include "core/internals.hpp"
+#include "core/llama_params.hpp"
 #include "core/log_internal.hpp"
 #include "core/model_state.hpp"
 
@@ -52,7 +53,11 @@ bool model_pools(const ModelInfo& info) {
     return it != info.metadata.end() && it->second != "0";
 }
 
-Result<void> validate(const ModelInfo& info, const ContextOptions& o) {
+}  // namespace
+
+namespace detail {
+
+Result<void> validate_context_options(const ModelInfo& info, const ContextOptions& o) {
     if (info.vocab_only) {
         return fail(ErrorCode::unsupported_operation, "a vocab-only model cannot run a context",
                     info.path.string());
@@ -98,6 +103,10 @@ Result<void> validate(const ModelInfo& info, const ContextOptions& o) {
     return {};
 }
 
+}  // namespace detail
+
+namespace {
+
 bool abort_callback(void* data) {
     auto* guard = static_cast<detail::AbortGuard*>(data);
     for (const auto* slot : {&guard->token, &guard->stop}) {
@@ -112,8 +121,11 @@ bool abort_callback(void* data) {
     return false;
 }
 
-// llama.cpp's parameters for `options` (validated) on a model described by `info`.
-llama_context_params llama_params(const ModelInfo& info, const ContextOptions& options) {
+}  // namespace
+
+namespace detail {
+
+llama_context_params context_params(const ModelInfo& info, const ContextOptions& options) {
     const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 
     llama_context_params p = llama_context_default_params();
@@ -158,7 +170,9 @@ llama_context_params llama_params(const ModelInfo& info, const ContextOptions& o
     return p;
 }
 
-}  // namespace
+}  // namespace detail
+
+namespace {}  // namespace
 
 Result<KvType> parse_kv_type(std::string_view name) {
     for (const auto& k : kv_types) {
@@ -232,10 +246,11 @@ Context::~Context() = default;
 
 Result<Context> Context::create(const Model& model, const ContextOptions& options) {
     const ModelInfo& info = model.info();
-    if (auto ok = validate(info, options); !ok) return std::unexpected(ok.error());
+    if (auto ok = detail::validate_context_options(info, options); !ok)
+        return std::unexpected(ok.error());
 
     auto state = std::make_unique<detail::ContextState>(model, options);
-    llama_context_params p = llama_params(info, options);
+    llama_context_params p = detail::context_params(info, options);
     p.abort_callback = abort_callback;
     p.abort_callback_data = &state->abort;
 

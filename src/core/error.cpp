@@ -48,6 +48,10 @@ std::string_view to_string(ErrorCode code) {
             return "busy";
         case ErrorCode::shutting_down:
             return "shutting_down";
+        case ErrorCode::insufficient_memory:
+            return "insufficient_memory";
+        case ErrorCode::model_unavailable:
+            return "model_unavailable";
     }
     return "unknown";
 }

@@ -162,7 +162,13 @@ Result<GgufSummary> probe_gguf(const fs::path& path) {
     if (arch_key >= 0 && gguf_get_kv_type(ctx, arch_key) == GGUF_TYPE_STRING) {
         summary.architecture = gguf_get_val_str(ctx, arch_key);
     }
+    if (const std::int64_t k = gguf_find_key(ctx, "general.name");
+        k >= 0 && gguf_get_kv_type(ctx, k) == GGUF_TYPE_STRING)
+        summary.name = gguf_get_val_str(ctx, k);
+    summary.has_chat_template = gguf_find_key(ctx, "tokenizer.chat_template") >= 0;
     if (!summary.architecture.empty()) {
+        const auto pooling = int_value(ctx, summary.architecture + ".pooling_type");
+        summary.pools = pooling && *pooling > 0;
         if (auto ok = check_hparams(ctx, summary.architecture, path); !ok)
             return std::unexpected(ok.error());
     }

@@ -13,6 +13,9 @@ struct GgufSummary {
     std::uint64_t file_size = 0;
     std::string architecture;  // general.architecture, empty when missing
     std::int64_t n_tensors = 0;
+    std::string name;                // general.name, may be empty
+    bool has_chat_template = false;  // tokenizer.chat_template
+    bool pools = false;              // <arch>.pooling_type says the model pools (an embedder)
 };
 
 // Errors: file_not_found, is_directory, io_error (unreadable), invalid_model_file (not GGUF,

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "core/gguf_probe.hpp"
+#include "core/llama_params.hpp"
 #include "core/log_internal.hpp"
 #include "core/model_state.hpp"
 #include "llamapp/backend.hpp"
@@ -13,7 +14,23 @@
 namespace llamapp {
 namespace {
 
-Result<void> validate(const ModelOptions& o) {
+llama_split_mode to_llama(SplitMode m) {
+    switch (m) {
+        case SplitMode::none:
+            return LLAMA_SPLIT_MODE_NONE;
+        case SplitMode::layer:
+            return LLAMA_SPLIT_MODE_LAYER;
+        case SplitMode::row:
+            return LLAMA_SPLIT_MODE_ROW;
+    }
+    return LLAMA_SPLIT_MODE_LAYER;
+}
+
+}  // namespace
+
+namespace detail {
+
+Result<void> validate_model_options(const ModelOptions& o) {
     if (o.n_gpu_layers < -1) {
         return fail(ErrorCode::invalid_argument, "n_gpu_layers must be -1 (all) or >= 0",
                     "n_gpu_layers=" + std::to_string(o.n_gpu_layers));
@@ -44,17 +61,26 @@ Result<void> validate(const ModelOptions& o) {
     return {};
 }
 
-llama_split_mode to_llama(SplitMode m) {
-    switch (m) {
-        case SplitMode::none:
-            return LLAMA_SPLIT_MODE_NONE;
-        case SplitMode::layer:
-            return LLAMA_SPLIT_MODE_LAYER;
-        case SplitMode::row:
-            return LLAMA_SPLIT_MODE_ROW;
+llama_model_params model_params(const ModelOptions& options, std::vector<float>& split) {
+    llama_model_params params = llama_model_default_params();
+    params.n_gpu_layers = options.n_gpu_layers;
+    params.split_mode = to_llama(options.split_mode);
+    params.main_gpu = options.main_gpu;
+    split.assign(llama_max_devices(), 0.0f);
+    std::copy(options.tensor_split.begin(), options.tensor_split.end(), split.begin());
+    params.tensor_split = options.tensor_split.empty() ? nullptr : split.data();
+    if (options.use_mmap) {
+        params.load_mode = options.use_mlock ? LLAMA_LOAD_MODE_MMAP_MLOCK : LLAMA_LOAD_MODE_MMAP;
+    } else {
+        params.load_mode = options.use_mlock ? LLAMA_LOAD_MODE_MLOCK : LLAMA_LOAD_MODE_NONE;
     }
-    return LLAMA_SPLIT_MODE_LAYER;
+    params.vocab_only = options.vocab_only;
+    return params;
 }
+
+}  // namespace detail
+
+namespace {
 
 // Adapts llama.cpp's progress reports to the documented contract: monotone, in [0, 1].
 struct ProgressState {
@@ -176,7 +202,7 @@ Error load_failure(const std::filesystem::path& path, const detail::GgufSummary&
 
 Result<Model> Model::load(const std::filesystem::path& path, const ModelOptions& options) {
     ensure_backend();
-    if (auto ok = validate(options); !ok) return std::unexpected(ok.error());
+    if (auto ok = detail::validate_model_options(options); !ok) return std::unexpected(ok.error());
     auto summary = detail::probe_gguf(path);
     if (!summary) return std::unexpected(summary.error());
     // Refused from the header, before llama.cpp reads any weights (checked again after loading,
@@ -187,19 +213,8 @@ Result<Model> Model::load(const std::filesystem::path& path, const ModelOptions&
     if (arch == "dream" || arch == "llada" || arch == "llada-moe" || arch == "rnd1")
         return fail(ErrorCode::unsupported_model, "diffusion models are not supported", arch);
 
-    llama_model_params params = llama_model_default_params();
-    params.n_gpu_layers = options.n_gpu_layers;
-    params.split_mode = to_llama(options.split_mode);
-    params.main_gpu = options.main_gpu;
-    std::vector<float> split(llama_max_devices(), 0.0f);
-    std::copy(options.tensor_split.begin(), options.tensor_split.end(), split.begin());
-    params.tensor_split = options.tensor_split.empty() ? nullptr : split.data();
-    if (options.use_mmap) {
-        params.load_mode = options.use_mlock ? LLAMA_LOAD_MODE_MMAP_MLOCK : LLAMA_LOAD_MODE_MMAP;
-    } else {
-        params.load_mode = options.use_mlock ? LLAMA_LOAD_MODE_MLOCK : LLAMA_LOAD_MODE_NONE;
-    }
-    params.vocab_only = options.vocab_only;
+    std::vector<float> split;
+    llama_model_params params = detail::model_params(options, split);
     ProgressState progress{&options.progress};
     if (options.progress) {
         params.progress_callback = progress_trampoline;

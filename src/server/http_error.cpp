@@ -51,6 +51,8 @@ HttpError http_error(const Error& error, std::string param, std::string code) {
             h.type = "rate_limit_error";
             break;
         case ErrorCode::shutting_down:
+        case ErrorCode::insufficient_memory:
+        case ErrorCode::model_unavailable:
             h.status = 503;
             h.type = "server_error";
             break;

@@ -15,7 +15,10 @@ TEST(Error, CodesHaveStableNames) {
     EXPECT_EQ(to_string(ErrorCode::file_not_found), "file_not_found");
     EXPECT_EQ(to_string(ErrorCode::invalid_model_file), "invalid_model_file");
     EXPECT_EQ(to_string(ErrorCode::context_overflow), "context_overflow");
+    EXPECT_EQ(to_string(ErrorCode::insufficient_memory), "insufficient_memory");
+    EXPECT_EQ(to_string(ErrorCode::model_unavailable), "model_unavailable");
     EXPECT_EQ(static_cast<int>(ErrorCode::invalid_argument), 1);
+    EXPECT_EQ(static_cast<int>(ErrorCode::shutting_down), 22);
 }
 
 TEST(Error, FailBuildsUnexpected) {

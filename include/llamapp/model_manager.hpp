@@ -1,0 +1,173 @@
+// ModelManager: the models a process knows, by id, loaded and unloaded while the others serve,
+// under a memory budget per device.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "llamapp/chat.hpp"
+#include "llamapp/embedder.hpp"
+#include "llamapp/engine.hpp"
+#include "llamapp/error.hpp"
+#include "llamapp/footprint.hpp"
+#include "llamapp/kv_store.hpp"
+#include "llamapp/metrics.hpp"
+#include "llamapp/model.hpp"
+
+namespace llamapp {
+
+// unloaded: known, not in memory. A failed model stays failed until it is loaded again.
+enum class ModelStatus { unloaded, loading, ready, failed, unloading };
+std::string_view to_string(ModelStatus status);
+
+struct ModelCapabilities {
+    bool generate = false;  // completions (and chat: a model without a template gets ChatML)
+    bool embed = false;
+};
+
+struct ModelSpec {
+    std::string id;  // the name requests use: letters, digits and ._-:/ (at most 128)
+    std::vector<std::string> aliases;
+    std::filesystem::path path;  // the GGUF, or the first part of a split set
+    std::string source;          // where it came from, for listings (a path, "models-dir", a ref)
+    ModelOptions model;          // `progress` is the manager's
+    EngineOptions engine;        // `kv_store`, `metrics` and the model label are the manager's
+    std::string chat_template;   // Jinja overriding the model's (empty: the model's, or ChatML)
+    std::optional<ModelCapabilities> capabilities;  // overrides what the GGUF says
+    // Idle time before an unload; negative = never. Unset: the manager's.
+    std::optional<std::chrono::milliseconds> keep_alive;
+};
+
+struct ModelListing {
+    std::string id;
+    std::vector<std::string> aliases;
+    std::filesystem::path path;
+    std::string source;
+    std::string architecture;  // from the GGUF header
+    ModelStatus status = ModelStatus::unloaded;
+    float progress = 0;          // of a load in flight, in [0, 1]
+    std::optional<Error> error;  // why it failed (or why the last load was refused)
+    ModelCapabilities capabilities;
+    std::optional<Footprint> footprint;  // estimated at the first load
+    int n_ctx = 0;                       // tokens per sequence, once loaded
+    int slots = 0;
+    int active_requests = 0;  // leases held
+    std::chrono::milliseconds keep_alive{-1};
+    double idle_seconds = 0;  // since the last lease ended (ready models)
+    // When an idle ready model will be unloaded; unset while in use or kept forever.
+    std::optional<std::chrono::system_clock::time_point> expires_at;
+};
+
+struct ModelManagerOptions {
+    std::shared_ptr<KvStore> kv_store;         // one store for all models (entries are per model)
+    std::shared_ptr<MetricsRegistry> metrics;  // null = a new registry; engines label model=<id>
+    std::size_t max_models = 0;                // most resident at once (loading included); 0 = any
+    std::chrono::milliseconds keep_alive{-1};  // default idle time before an unload; < 0 = never
+    // What requests still running get when their model is unloaded, before they are cancelled.
+    std::chrono::milliseconds unload_grace{10 * 1000};
+    // Bytes the models may take per device (host_device or a GPU's name). A device not named
+    // gets what was available on it when the manager was created, less `memory_reserve`.
+    std::map<std::string, std::uint64_t, std::less<>> memory_budget;
+    std::uint64_t memory_reserve = 256ull << 20;
+    // Unload least recently used idle models when a load would not fit, instead of refusing.
+    bool unload_idle_to_fit = false;
+    std::size_t max_waiting = 64;  // requests waiting for one model to load; more get queue_full
+};
+
+namespace detail {
+struct LoadedModel;
+struct ManagerState;
+}  // namespace detail
+
+// Keeps a ready model in memory while held: idle unloading waits for the last lease, and an
+// explicit unload lets its requests run for the grace period. Move-only; any thread.
+class ModelManager;
+
+class ModelLease {
+  public:
+    ModelLease(ModelLease&&) noexcept;
+    ModelLease& operator=(ModelLease&&) noexcept;
+    ModelLease(const ModelLease&) = delete;
+    ModelLease& operator=(const ModelLease&) = delete;
+    ~ModelLease();
+
+    const std::string& id() const;
+    const Model& model() const;
+    Engine& engine() const;  // only when capabilities().generate
+    const ModelCapabilities& capabilities() const;
+    // The chat template, or null with the reason in chat_template_error().
+    const ChatTemplate* chat_template() const;
+    const std::string& chat_template_error() const;
+    Embedder& embedder() const;  // only when capabilities().embed
+
+  private:
+    friend class ModelManager;
+    ModelLease(std::shared_ptr<detail::ManagerState> manager,
+               std::shared_ptr<detail::LoadedModel> loaded);
+    void release();
+    std::shared_ptr<detail::ManagerState> manager_;
+    std::shared_ptr<detail::LoadedModel> loaded_;
+};
+
+// Thread-safe. Loads run on threads of their own, so a load never blocks serving the other
+// models or other lifecycle calls. Names are ids or aliases; an empty name is the default model.
+class ModelManager {
+  public:
+    [[nodiscard]] static Result<std::unique_ptr<ModelManager>> create(
+        ModelManagerOptions options = {});
+    // Unloads every model (no grace) and joins the manager's threads.
+    ~ModelManager();
+
+    // Makes a model known (not loaded). A file whose header is not a loadable GGUF is still
+    // listed, as failed with the reason. Errors: invalid_argument (a bad id), already_exists
+    // (the id or an alias is taken).
+    [[nodiscard]] Result<void> add(ModelSpec spec);
+    // Unloads it if needed and forgets it. Errors: not_found.
+    [[nodiscard]] Result<void> remove(const std::string& name);
+    // The model an empty name means; the first one added until set. Errors: not_found.
+    [[nodiscard]] Result<void> set_default(const std::string& name);
+
+    // Starts a load and returns. The footprint is estimated first and checked against the
+    // budget. Errors: not_found, already_exists (loading or ready), busy (unloading),
+    // insufficient_memory (naming the device, bytes required and available), queue_full
+    // (max_models reached and nothing idle may be unloaded).
+    [[nodiscard]] Result<void> load(const std::string& name);
+    // A lease on a ready model, loading it first if it is known but unloaded, and waiting while
+    // it loads (until `deadline`). `keep_alive` replaces the model's from now on, as Ollama's
+    // per-request keep_alive does. Errors: not_found, model_unavailable (its load failed),
+    // timeout, queue_full (too many waiting), those of load().
+    [[nodiscard]] Result<ModelLease> acquire(
+        const std::string& name,
+        std::chrono::steady_clock::time_point deadline =
+            std::chrono::steady_clock::time_point::max(),
+        std::optional<std::chrono::milliseconds> keep_alive = std::nullopt);
+    // Stops admitting work to it, lets its requests run for `grace` (unset: the manager's),
+    // cancels the rest and frees weights and contexts before returning. Errors: not_found,
+    // busy (not loaded: unloaded, loading, failed or already unloading).
+    [[nodiscard]] Result<void> unload(
+        const std::string& name, std::optional<std::chrono::milliseconds> grace = std::nullopt);
+
+    std::vector<ModelListing> list() const;
+    [[nodiscard]] Result<ModelListing> find(const std::string& name) const;
+    // The budget per device and what the resident models take of it.
+    struct DeviceBudget {
+        std::string device;
+        std::uint64_t budget = 0;
+        std::uint64_t reserved = 0;
+    };
+    std::vector<DeviceBudget> budgets() const;
+    MetricsRegistry& metrics() const;
+    const std::shared_ptr<KvStore>& kv_store() const;
+
+  private:
+    explicit ModelManager(std::shared_ptr<detail::ManagerState> state);
+    std::shared_ptr<detail::ManagerState> state_;
+};
+
+}  // namespace llamapp

@@ -1,0 +1,125 @@
+#include "llamapp/footprint.hpp"
+
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <fstream>
+#include <mutex>
+#include <sstream>
+
+#include "core/gguf_probe.hpp"
+#include "core/llama_params.hpp"
+#include "fit.h"
+#include "ggml-backend.h"
+#include "llamapp/backend.hpp"
+
+namespace llamapp {
+
+namespace {
+
+// common_get_device_memory_data swaps llama.cpp's global logger while it runs.
+std::mutex& estimate_mutex() {
+    static std::mutex m;
+    return m;
+}
+
+std::uint64_t meminfo_available() {
+    std::ifstream in("/proc/meminfo");
+    std::string line;
+    while (std::getline(in, line)) {
+        if (line.rfind("MemAvailable:", 0) != 0) continue;
+        std::istringstream fields(line.substr(13));
+        std::uint64_t kib = 0;
+        fields >> kib;
+        return kib * 1024;
+    }
+    return 0;
+}
+
+}  // namespace
+
+std::uint64_t Footprint::total() const {
+    std::uint64_t sum = 0;
+    for (const auto& d : devices) sum += d.total();
+    return sum;
+}
+
+std::uint64_t Footprint::on(std::string_view device) const {
+    for (const auto& d : devices)
+        if (d.device == device) return d.total();
+    return 0;
+}
+
+Footprint& Footprint::operator+=(const Footprint& other) {
+    for (const auto& o : other.devices) {
+        auto it = std::find_if(devices.begin(), devices.end(),
+                               [&](const DeviceFootprint& d) { return d.device == o.device; });
+        if (it == devices.end()) {
+            devices.push_back(o);
+            continue;
+        }
+        it->weights += o.weights;
+        it->context += o.context;
+        it->compute += o.compute;
+    }
+    return *this;
+}
+
+Result<Footprint> estimate_footprint(const std::filesystem::path& path, const ModelOptions& model,
+                                     const ContextOptions& context) {
+    ensure_backend();
+    if (auto ok = detail::validate_model_options(model); !ok) return std::unexpected(ok.error());
+    auto summary = detail::probe_gguf(path);
+    if (!summary) return std::unexpected(summary.error());
+    ModelInfo header;
+    header.path = path;
+    header.architecture = summary->architecture;
+    if (auto ok = detail::validate_context_options(header, context); !ok)
+        return std::unexpected(ok.error());
+
+    std::vector<float> split;
+    llama_model_params mparams = detail::model_params(model, split);
+    mparams.progress_callback = nullptr;
+    llama_context_params cparams = detail::context_params(header, context);
+    std::vector<ggml_backend_dev_t> devices;
+    std::uint32_t n_layer = 0, n_ctx_train = 0, n_expert = 0;
+    common_device_memory_data_vec data;
+    try {
+        std::lock_guard lock(estimate_mutex());
+        data = common_get_device_memory_data(path.c_str(), &mparams, &cparams, devices, n_layer,
+                                             n_ctx_train, n_expert, GGML_LOG_LEVEL_ERROR);
+    } catch (const std::exception& e) {
+        return fail(ErrorCode::invalid_model_file,
+                    fmt::format("llama.cpp could not lay the model out: {}", e.what()),
+                    path.string());
+    }
+    // One entry per model device, in the order of `devices`, then the host.
+    if (data.size() != devices.size() + 1)
+        return fail(ErrorCode::internal, "unexpected memory breakdown from llama.cpp");
+    Footprint f;
+    for (std::size_t i = 0; i < data.size(); ++i) {
+        DeviceFootprint d;
+        d.device = i < devices.size() ? std::string(ggml_backend_dev_name(devices[i]))
+                                      : std::string(host_device);
+        d.weights = data[i].model;
+        d.context = data[i].context;
+        d.compute = data[i].compute;
+        f.devices.push_back(std::move(d));
+    }
+    return f;
+}
+
+std::uint64_t available_memory(std::string_view device) {
+    if (device == host_device) return meminfo_available();
+    ensure_backend();
+    for (std::size_t i = 0; i < ggml_backend_dev_count(); ++i) {
+        ggml_backend_dev_t dev = ggml_backend_dev_get(i);
+        if (device != ggml_backend_dev_name(dev)) continue;
+        std::size_t free = 0, total = 0;
+        ggml_backend_dev_memory(dev, &free, &total);
+        return free;
+    }
+    return 0;
+}
+
+}  // namespace llamapp

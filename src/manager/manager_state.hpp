@@ -1,0 +1,74 @@
+// Internal: the manager's table of models and the lifecycle that moves them between states.
+//
+// Locking: one mutex guards the table; it is never held across a load, an estimate, an engine
+// shutdown or a destructor, so those run while other calls proceed. `changed` is notified on
+// every status or lease change; waiters (acquire, unload, the idle reaper) re-check their own
+// condition.
+#pragma once
+
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+#include "llamapp/model_manager.hpp"
+
+namespace llamapp::detail {
+
+struct LoadedModel {
+    std::string id;
+    Model model;
+    std::optional<Engine> engine;
+    std::optional<ChatTemplate> chat_template;
+    std::string chat_template_error;
+    std::optional<Embedder> embedder;
+    ModelCapabilities capabilities;
+};
+
+struct ModelEntry {
+    ModelSpec spec;
+    std::string architecture;
+    ModelCapabilities capabilities;
+    ModelStatus status = ModelStatus::unloaded;
+    std::optional<Error> error;
+    std::shared_ptr<LoadedModel> loaded;  // ready and unloading
+    std::optional<Footprint> footprint;
+    float progress = 0;
+    int leases = 0;
+    std::size_t waiting = 0;
+    std::chrono::steady_clock::time_point last_used;
+    std::optional<std::chrono::milliseconds> keep_alive;  // from the last request that set one
+    std::thread worker;                                   // the last load's thread
+};
+
+struct ManagerState : std::enable_shared_from_this<ManagerState> {
+    ModelManagerOptions options;
+    std::shared_ptr<MetricsRegistry> metrics;
+    std::map<std::string, std::uint64_t, std::less<>> budgets;
+    Gauge* resident_gauge = nullptr;
+
+    mutable std::mutex mutex;
+    std::condition_variable changed;
+    std::map<std::string, std::unique_ptr<ModelEntry>, std::less<>> entries;
+    std::map<std::string, std::string, std::less<>> aliases;  // alias → id
+    std::string default_id;
+    bool stopping = false;
+    std::thread reaper;
+
+    ModelEntry* find(const std::string& name);  // lock held
+    const ModelEntry* find(const std::string& name) const;
+    std::chrono::milliseconds keep_alive(const ModelEntry& e) const;
+    ModelListing listing(const ModelEntry& e) const;
+
+    // With the lock held (it is released around the estimate). On success the entry is
+    // loading and a worker thread finishes the load.
+    Result<void> start_load(std::unique_lock<std::mutex>& lock, ModelEntry& e);
+    void run_load(ModelEntry& e, std::vector<ModelEntry*> evict);
+    Result<std::shared_ptr<LoadedModel>> build(ModelEntry& e);
+    // The entry is unloading; without the lock. Returns once its memory is freed.
+    void finish_unload(ModelEntry& e, std::chrono::milliseconds grace);
+    void release(const std::string& id);
+    void reap_idle();
+    void shutdown();
+};
+
+}  // namespace llamapp::detail

@@ -1,0 +1,300 @@
+// The lifecycle of a managed model: estimate and admit, load on a worker, unload, reap the idle.
+#include <fmt/core.h>
+
+#include <algorithm>
+
+#include "core/log_internal.hpp"
+#include "manager/manager_state.hpp"
+#include "manager/memory_budget.hpp"
+
+namespace llamapp::detail {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// The embedding context a loaded model gets: inputs as long as a sequence of the engine, up to
+// a bound that keeps its compute buffers modest.
+constexpr std::int64_t max_embedding_ctx = 8192;
+
+EmbedderOptions embedder_options(std::int64_t n_ctx_seq, const ContextOptions& engine) {
+    EmbedderOptions o;
+    o.context.n_ctx = std::min(n_ctx_seq > 0 ? n_ctx_seq : max_embedding_ctx, max_embedding_ctx);
+    o.context.n_batch = o.context.n_ctx;
+    o.context.n_ubatch = o.context.n_ctx;
+    o.context.n_threads = engine.n_threads;
+    o.context.n_threads_batch = engine.n_threads_batch;
+    return o;
+}
+
+std::int64_t n_ctx_seq(const EngineOptions& o) {
+    const std::int64_t n = o.context.n_ctx;
+    return o.unified_kv || n == 0 ? n : n / std::max<std::int64_t>(1, o.context.n_seq_max);
+}
+
+bool resident(ModelStatus s) {
+    return s == ModelStatus::loading || s == ModelStatus::ready || s == ModelStatus::unloading;
+}
+
+// The engine's context and, for a model that embeds, the embedder's (whose weights are shared).
+Result<Footprint> estimate(const ModelEntry& e) {
+    ContextOptions context = e.spec.engine.context;
+    context.kv_unified = e.spec.engine.unified_kv;
+    auto f = estimate_footprint(e.spec.path, e.spec.model, context);
+    if (!f) return f;
+    if (!e.capabilities.embed) return f;
+    ContextOptions embed = embedder_options(n_ctx_seq(e.spec.engine), context).context;
+    embed.embeddings = true;
+    auto g = estimate_footprint(e.spec.path, e.spec.model, embed);
+    if (!g) return std::unexpected(g.error());
+    for (auto& d : g->devices) d.weights = 0;
+    *f += *g;
+    return f;
+}
+
+}  // namespace
+
+ModelEntry* ManagerState::find(const std::string& name) {
+    return const_cast<ModelEntry*>(std::as_const(*this).find(name));
+}
+
+const ModelEntry* ManagerState::find(const std::string& name) const {
+    const std::string* id = &name;
+    if (name.empty()) id = &default_id;
+    if (auto a = aliases.find(*id); a != aliases.end()) id = &a->second;
+    auto it = entries.find(*id);
+    return it == entries.end() ? nullptr : it->second.get();
+}
+
+std::chrono::milliseconds ManagerState::keep_alive(const ModelEntry& e) const {
+    if (e.keep_alive) return *e.keep_alive;
+    if (e.spec.keep_alive) return *e.spec.keep_alive;
+    return options.keep_alive;
+}
+
+ModelListing ManagerState::listing(const ModelEntry& e) const {
+    ModelListing l;
+    l.id = e.spec.id;
+    l.aliases = e.spec.aliases;
+    l.path = e.spec.path;
+    l.source = e.spec.source;
+    l.architecture = e.architecture;
+    l.status = e.status;
+    l.progress = e.progress;
+    l.error = e.error;
+    l.capabilities = e.capabilities;
+    l.footprint = e.footprint;
+    l.active_requests = e.leases;
+    l.keep_alive = keep_alive(e);
+    if (e.loaded && e.loaded->engine) {
+        l.n_ctx = e.loaded->engine->n_ctx();
+        l.slots = e.loaded->engine->stats().slots;
+    }
+    if (e.status == ModelStatus::ready && e.leases == 0) {
+        const auto idle = Clock::now() - e.last_used;
+        l.idle_seconds = std::chrono::duration<double>(idle).count();
+        if (l.keep_alive.count() >= 0)
+            l.expires_at = std::chrono::system_clock::now() +
+                           std::chrono::duration_cast<std::chrono::system_clock::duration>(
+                               l.keep_alive - idle);
+    }
+    return l;
+}
+
+Result<void> ManagerState::start_load(std::unique_lock<std::mutex>& lock, ModelEntry& e) {
+    if (stopping) return fail(ErrorCode::shutting_down, "the model manager is stopping");
+    if (e.status == ModelStatus::loading || e.status == ModelStatus::ready)
+        return fail(ErrorCode::already_exists, "the model is loaded or loading", e.spec.id);
+    if (e.status == ModelStatus::unloading)
+        return fail(ErrorCode::busy, "the model is being unloaded", e.spec.id);
+    const ModelStatus before = e.status;
+    e.status = ModelStatus::loading;  // no second load starts while this one estimates
+    e.progress = 0;
+    e.error.reset();
+    if (!e.footprint) {
+        lock.unlock();
+        auto f = estimate(e);
+        lock.lock();
+        if (!f) {
+            e.status = ModelStatus::failed;
+            e.error = f.error();
+            changed.notify_all();
+            return std::unexpected(f.error());
+        }
+        e.footprint = std::move(*f);
+    }
+    std::vector<ResidentModel> others;
+    for (const auto& [id, other] : entries) {
+        if (other.get() == &e || !resident(other->status) || !other->footprint) continue;
+        others.push_back({id, *other->footprint,
+                          other->status == ModelStatus::ready && other->leases == 0,
+                          other->last_used});
+    }
+    const RoomDecision room = make_room(
+        {&budgets, &others, &*e.footprint, options.max_models, options.unload_idle_to_fit});
+    if (!room.fits) {
+        e.status = before == ModelStatus::failed ? ModelStatus::unloaded : before;
+        e.error = room_error(e.spec.id, room, options.max_models);
+        changed.notify_all();
+        return std::unexpected(*e.error);
+    }
+    std::vector<ModelEntry*> evict;
+    for (const auto& id : room.unload) {
+        ModelEntry* victim = entries.at(id).get();
+        victim->status = ModelStatus::unloading;
+        evict.push_back(victim);
+        log(LogLevel::info, "models: unloading idle '{}' to make room for '{}'", id, e.spec.id);
+    }
+    resident_gauge->add(1);
+    changed.notify_all();
+    std::thread previous = std::move(e.worker);
+    e.worker = std::thread([this, &e, evict = std::move(evict)] { run_load(e, evict); });
+    lock.unlock();
+    if (previous.joinable()) previous.join();  // it finished: the entry was not loading
+    lock.lock();
+    return {};
+}
+
+void ManagerState::run_load(ModelEntry& e, std::vector<ModelEntry*> evict) {
+    for (ModelEntry* victim : evict) finish_unload(*victim, std::chrono::milliseconds{0});
+    const auto started = Clock::now();
+    auto loaded = build(e);
+    std::lock_guard lock(mutex);
+    const double seconds = std::chrono::duration<double>(Clock::now() - started).count();
+    if (loaded) {
+        e.loaded = std::move(*loaded);
+        e.status = ModelStatus::ready;
+        e.progress = 1;
+        e.last_used = Clock::now();
+        log(LogLevel::info, "models: '{}' ready in {:.2f} s", e.spec.id, seconds);
+    } else {
+        e.status = ModelStatus::failed;
+        e.error = loaded.error();
+        resident_gauge->add(-1);
+        log(LogLevel::warning, "models: '{}' failed to load: {}", e.spec.id,
+            loaded.error().describe());
+    }
+    changed.notify_all();
+}
+
+Result<std::shared_ptr<LoadedModel>> ManagerState::build(ModelEntry& e) {
+    ModelOptions mo = e.spec.model;
+    mo.progress = [this, &e](float p) {
+        std::lock_guard lock(mutex);
+        e.progress = p;
+        return !stopping;
+    };
+    auto model = Model::load(e.spec.path, mo);
+    if (!model) return std::unexpected(model.error());
+    auto loaded = std::make_shared<LoadedModel>(LoadedModel{e.spec.id, std::move(*model)});
+    loaded->capabilities = e.capabilities;
+    if (loaded->capabilities.generate) {
+        EngineOptions eo = e.spec.engine;
+        eo.kv_store = options.kv_store;
+        eo.metrics = metrics;
+        eo.metric_labels.emplace_back("model", e.spec.id);
+        auto engine = Engine::create(loaded->model, std::move(eo));
+        if (!engine) return std::unexpected(engine.error());
+        loaded->engine.emplace(std::move(*engine));
+        auto t = ChatTemplate::create(loaded->model, e.spec.chat_template, MissingTemplate::chatml);
+        if (t) {
+            loaded->chat_template.emplace(std::move(*t));
+        } else {
+            if (!e.spec.chat_template.empty()) return std::unexpected(t.error());
+            loaded->chat_template_error = t.error().describe();
+        }
+    }
+    if (loaded->capabilities.embed) {
+        const std::int64_t n = loaded->engine ? loaded->engine->n_ctx() : n_ctx_seq(e.spec.engine);
+        auto embedder = Embedder::create(loaded->model, embedder_options(n, e.spec.engine.context));
+        if (!embedder) return std::unexpected(embedder.error());
+        loaded->embedder.emplace(std::move(*embedder));
+    }
+    return loaded;
+}
+
+void ManagerState::finish_unload(ModelEntry& e, std::chrono::milliseconds grace) {
+    std::shared_ptr<LoadedModel> loaded;
+    {
+        std::lock_guard lock(mutex);
+        loaded = e.loaded;
+    }
+    // Refuses new work at once; what runs gets the grace period, then its streams are cancelled.
+    if (loaded && loaded->engine) loaded->engine->shutdown(grace);
+    {
+        std::unique_lock lock(mutex);
+        changed.wait(lock, [&] { return e.leases == 0; });
+        e.loaded.reset();
+    }
+    loaded.reset();  // the last reference: weights, contexts and threads go here, unlocked
+    std::lock_guard lock(mutex);
+    e.status = ModelStatus::unloaded;
+    e.progress = 0;
+    resident_gauge->add(-1);
+    log(LogLevel::info, "models: '{}' unloaded", e.spec.id);
+    changed.notify_all();
+}
+
+void ManagerState::release(const std::string& id) {
+    std::lock_guard lock(mutex);
+    auto it = entries.find(id);
+    if (it == entries.end()) return;
+    --it->second->leases;
+    it->second->last_used = Clock::now();
+    changed.notify_all();
+}
+
+// Unloads ready models once idle for their keep-alive; sleeps until the next one is due.
+void ManagerState::reap_idle() {
+    std::unique_lock lock(mutex);
+    while (!stopping) {
+        const auto now = Clock::now();
+        auto next = Clock::time_point::max();
+        std::vector<ModelEntry*> due;
+        for (auto& [id, e] : entries) {
+            const auto ka = keep_alive(*e);
+            if (e->status != ModelStatus::ready || e->leases > 0 || ka.count() < 0) continue;
+            const auto at = e->last_used + ka;
+            if (at <= now) {
+                e->status = ModelStatus::unloading;
+                due.push_back(e.get());
+            } else {
+                next = std::min(next, at);
+            }
+        }
+        if (!due.empty()) {
+            lock.unlock();
+            for (ModelEntry* e : due) finish_unload(*e, std::chrono::milliseconds{0});
+            lock.lock();
+            continue;
+        }
+        if (next == Clock::time_point::max()) {
+            changed.wait(lock);
+        } else {
+            changed.wait_until(lock, next);
+        }
+    }
+}
+
+void ManagerState::shutdown() {
+    std::vector<ModelEntry*> ready;
+    {
+        std::lock_guard lock(mutex);
+        stopping = true;  // loads in flight are cancelled at their next progress report
+        changed.notify_all();
+    }
+    if (reaper.joinable()) reaper.join();
+    for (auto& [id, e] : entries)
+        if (e->worker.joinable()) e->worker.join();
+    {
+        std::lock_guard lock(mutex);
+        for (auto& [id, e] : entries) {
+            if (e->status != ModelStatus::ready) continue;
+            e->status = ModelStatus::unloading;
+            ready.push_back(e.get());
+        }
+    }
+    for (ModelEntry* e : ready) finish_unload(*e, std::chrono::milliseconds{0});
+}
+
+}  // namespace llamapp::detail

@@ -1,0 +1,286 @@
+// Several models in one process: estimates, loads and unloads beside serving, the budget,
+// keep-alive.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <future>
+
+#include "support/engine_helpers.hpp"
+#include "support/temp_dir.hpp"
+
+namespace llamapp::test {
+namespace {
+
+using namespace std::chrono_literals;
+
+EngineOptions small_engine() {
+    EngineOptions o;
+    o.context.n_ctx = 256;
+    o.context.n_seq_max = 2;
+    o.context.n_threads = 1;
+    return o;
+}
+
+ModelSpec spec(std::string id, std::filesystem::path path) {
+    ModelSpec s;
+    s.id = std::move(id);
+    s.path = std::move(path);
+    s.engine = small_engine();
+    return s;
+}
+
+std::unique_ptr<ModelManager> manager(ModelManagerOptions o = {}) {
+    set_log_level(LogLevel::none);
+    auto m = ModelManager::create(std::move(o));
+    if (!m) throw std::runtime_error(m.error().describe());
+    return std::move(*m);
+}
+
+std::string greedy_text(const ModelLease& lease, const std::string& prompt, int tokens = 12) {
+    auto h = lease.engine().submit(prompt, request({}, tokens));
+    if (!h) throw std::runtime_error(h.error().describe());
+    return drain(*h).text;
+}
+
+ModelStatus status_of(const ModelManager& m, const std::string& id) {
+    auto l = m.find(id);
+    return l ? l->status : ModelStatus::failed;
+}
+
+TEST(Footprint, TheEstimateComesFromANoAllocationLoadAndSplitsWeightsContextAndCompute) {
+    set_log_level(LogLevel::none);
+    const auto path = generated_model("llama-tiny.gguf");
+    ContextOptions small;
+    small.n_ctx = 256;
+    ContextOptions large = small;
+    large.n_ctx = 2048;
+    auto a = estimate_footprint(path, {}, small);
+    auto b = estimate_footprint(path, {}, large);
+    ASSERT_TRUE(a && b) << (a ? b.error() : a.error()).describe();
+    ASSERT_FALSE(a->devices.empty());
+    EXPECT_EQ(a->devices.back().device, host_device);
+    const auto model = load_test_model(path);
+    // The weights are the file's tensors, whatever the context.
+    const double weights = static_cast<double>(a->devices.back().weights);
+    EXPECT_NEAR(weights, static_cast<double>(model.info().tensor_bytes),
+                0.05 * static_cast<double>(model.info().tensor_bytes));
+    EXPECT_EQ(a->devices.back().weights, b->devices.back().weights);
+    EXPECT_GT(a->devices.back().context, 0u);
+    EXPECT_GT(a->devices.back().compute, 0u);
+    // The KV cache grows with the context, eightfold here.
+    EXPECT_NEAR(static_cast<double>(b->devices.back().context),
+                8.0 * static_cast<double>(a->devices.back().context),
+                0.01 * static_cast<double>(b->devices.back().context));
+
+    TempDir dir;
+    std::ofstream(dir / "not.gguf") << "plain text, not a model";
+    auto bad = estimate_footprint(dir / "not.gguf", {}, small);
+    ASSERT_FALSE(bad);
+    EXPECT_EQ(bad.error().code, ErrorCode::invalid_model_file);
+    EXPECT_EQ(estimate_footprint(dir / "missing.gguf", {}, small).error().code,
+              ErrorCode::file_not_found);
+    ContextOptions wrong = small;
+    wrong.n_ubatch = 4096;
+    EXPECT_EQ(estimate_footprint(path, {}, wrong).error().code, ErrorCode::invalid_argument);
+}
+
+TEST(ModelManager, TwoModelsServeSideBySideAndEachAnswersAsItDoesAlone) {
+    auto m = manager();
+    ASSERT_TRUE(m->add(spec("stories", shared_model("stories260K.gguf"))));
+    ModelSpec llama = spec("llama", generated_model("llama-tiny.gguf"));
+    llama.aliases = {"tiny"};
+    ASSERT_TRUE(m->add(llama));
+    EXPECT_EQ(m->add(spec("tiny", shared_model("stories260K.gguf"))).error().code,
+              ErrorCode::already_exists);
+    EXPECT_EQ(m->add(spec("bad id!", shared_model("stories260K.gguf"))).error().code,
+              ErrorCode::invalid_argument);
+
+    std::string solo_stories, solo_llama;
+    {
+        auto a = m->acquire("stories");
+        ASSERT_TRUE(a) << a.error().describe();
+        solo_stories = greedy_text(*a, "Once upon a time");
+        EXPECT_EQ(a->id(), "stories");
+        EXPECT_EQ(m->load("stories").error().code, ErrorCode::already_exists);
+    }
+    {
+        auto b = m->acquire("tiny");  // an alias
+        ASSERT_TRUE(b) << b.error().describe();
+        EXPECT_EQ(b->id(), "llama");
+        solo_llama = greedy_text(*b, "Once upon a time");
+    }
+    auto a = m->acquire("");  // the default: the first added
+    auto b = m->acquire("llama");
+    ASSERT_TRUE(a && b);
+    EXPECT_EQ(a->id(), "stories");
+    auto ta = std::async(std::launch::async, [&] { return greedy_text(*a, "Once upon a time"); });
+    auto tb = std::async(std::launch::async, [&] { return greedy_text(*b, "Once upon a time"); });
+    EXPECT_EQ(ta.get(), solo_stories);
+    EXPECT_EQ(tb.get(), solo_llama);
+
+    const auto listed = m->list();
+    ASSERT_EQ(listed.size(), 2u);
+    for (const auto& l : listed) {
+        SCOPED_TRACE(l.id);
+        EXPECT_EQ(l.status, ModelStatus::ready);
+        EXPECT_EQ(l.active_requests, 1);
+        EXPECT_TRUE(l.capabilities.generate);
+        ASSERT_TRUE(l.footprint);
+        EXPECT_GT(l.footprint->on(host_device), 0u);
+        EXPECT_EQ(l.n_ctx, 256);
+    }
+    EXPECT_EQ(m->acquire("nope").error().code, ErrorCode::not_found);
+}
+
+TEST(ModelManager, UnloadFreesTheModelAndTheNextRequestLoadsItAgain) {
+    auto m = manager();
+    ASSERT_TRUE(m->add(spec("stories", shared_model("stories260K.gguf"))));
+    EXPECT_EQ(m->unload("stories").error().code, ErrorCode::busy);  // not loaded
+    std::string first;
+    {
+        auto lease = m->acquire("stories");
+        ASSERT_TRUE(lease);
+        first = greedy_text(*lease, "The cat");
+    }
+    ASSERT_TRUE(m->unload("stories"));
+    EXPECT_EQ(status_of(*m, "stories"), ModelStatus::unloaded);
+    auto again = m->acquire("stories");
+    ASSERT_TRUE(again) << again.error().describe();
+    EXPECT_EQ(greedy_text(*again, "The cat"), first);
+}
+
+TEST(ModelManager, UnloadCancelsWhatStillRunsAfterTheGracePeriod) {
+    auto m = manager();
+    ASSERT_TRUE(m->add(spec("stories", shared_model("stories260K.gguf"))));
+    auto lease = m->acquire("stories");
+    ASSERT_TRUE(lease);
+    auto handle = lease->engine().submit("Once upon a time", request({}, 200));
+    ASSERT_TRUE(handle);
+    auto unloading = std::async(std::launch::async, [&] { return m->unload("stories", 0ms); });
+    ASSERT_TRUE(eventually([&] { return status_of(*m, "stories") == ModelStatus::unloading; }));
+    const Drained d = drain(*handle);  // ended by the unload, long before 200 tokens
+    EXPECT_LT(d.completion.generation.usage.completion_tokens, 200);
+    // The lease still keeps the memory: the unload waits for it.
+    EXPECT_EQ(unloading.wait_for(50ms), std::future_status::timeout);
+    { ModelLease gone = std::move(*lease); }
+    EXPECT_TRUE(unloading.get());
+    EXPECT_EQ(status_of(*m, "stories"), ModelStatus::unloaded);
+}
+
+TEST(ModelManager, AFileThatIsNotAModelIsListedAsFailedAndTheOthersServe) {
+    TempDir dir;
+    std::ofstream(dir / "broken.gguf") << "GGUF but not really";
+    auto m = manager();
+    ASSERT_TRUE(m->add(spec("broken", dir / "broken.gguf")));
+    ASSERT_TRUE(m->add(spec("stories", shared_model("stories260K.gguf"))));
+    auto listed = m->find("broken");
+    ASSERT_TRUE(listed);
+    EXPECT_EQ(listed->status, ModelStatus::failed);
+    ASSERT_TRUE(listed->error);
+    EXPECT_EQ(listed->error->code, ErrorCode::invalid_model_file);
+    auto refused = m->acquire("broken");
+    ASSERT_FALSE(refused);
+    EXPECT_EQ(refused.error().code, ErrorCode::model_unavailable);
+    EXPECT_NE(refused.error().message.find("failed to load"), std::string::npos);
+    auto ok = m->acquire("stories");
+    ASSERT_TRUE(ok);
+    EXPECT_FALSE(greedy_text(*ok, "Hello").empty());
+}
+
+TEST(ModelManager, ALoadThatDoesNotFitFailsAtOnceOrUnloadsIdleModelsWhenAllowed) {
+    const auto stories = shared_model("stories260K.gguf");
+    const auto llama = generated_model("llama-tiny.gguf");
+    std::uint64_t need = 0;
+    {
+        auto probe = manager();
+        ASSERT_TRUE(probe->add(spec("llama", llama)));
+        ASSERT_TRUE(probe->load("llama"));
+        auto listed = probe->find("llama");
+        ASSERT_TRUE(listed && listed->footprint);
+        need = listed->footprint->on(host_device);
+    }
+    ModelManagerOptions tight;
+    tight.memory_budget[std::string(host_device)] = need / 2;
+    auto m = manager(tight);
+    ASSERT_TRUE(m->add(spec("llama", llama)));
+    auto refused = m->load("llama");
+    ASSERT_FALSE(refused);
+    EXPECT_EQ(refused.error().code, ErrorCode::insufficient_memory);
+    EXPECT_NE(refused.error().message.find("on RAM"), std::string::npos);
+    EXPECT_NE(refused.error().context.find(std::to_string(need) + " bytes"), std::string::npos)
+        << refused.error().context;
+    EXPECT_EQ(status_of(*m, "llama"), ModelStatus::unloaded);
+    EXPECT_EQ(m->acquire("llama").error().code, ErrorCode::insufficient_memory);
+
+    // Room for one of the two at a time.
+    ModelManagerOptions one;
+    one.memory_budget[std::string(host_device)] = need + need / 2;
+    one.unload_idle_to_fit = true;
+    m = manager(one);
+    ASSERT_TRUE(m->add(spec("llama", llama)));
+    ASSERT_TRUE(m->add(spec("llama2", llama)));
+    {
+        auto busy = m->acquire("llama");
+        ASSERT_TRUE(busy);
+        auto no_room = m->acquire("llama2");  // the other is in use: nothing may go
+        ASSERT_FALSE(no_room);
+        EXPECT_EQ(no_room.error().code, ErrorCode::insufficient_memory);
+    }
+    auto second = m->acquire("llama2");  // now idle: unloaded to make room
+    ASSERT_TRUE(second) << second.error().describe();
+    EXPECT_EQ(status_of(*m, "llama"), ModelStatus::unloaded);
+    const auto budgets = m->budgets();
+    ASSERT_FALSE(budgets.empty());
+    EXPECT_EQ(budgets.front().reserved, need);
+}
+
+TEST(ModelManager, MaxModelsCapsWhatIsResident) {
+    ModelManagerOptions o;
+    o.max_models = 1;
+    auto m = manager(o);
+    ASSERT_TRUE(m->add(spec("a", shared_model("stories260K.gguf"))));
+    ASSERT_TRUE(m->add(spec("b", shared_model("stories260K.gguf"))));
+    auto a = m->acquire("a");
+    ASSERT_TRUE(a);
+    EXPECT_EQ(m->load("b").error().code, ErrorCode::queue_full);
+}
+
+TEST(ModelManager, AnIdleModelIsUnloadedAfterItsKeepAliveAndARequestCanSetIt) {
+    auto m = manager();
+    ModelSpec s = spec("stories", shared_model("stories260K.gguf"));
+    ASSERT_TRUE(m->add(s));
+    {
+        auto lease = m->acquire("stories", std::chrono::steady_clock::time_point::max(), 0ms);
+        ASSERT_TRUE(lease);
+        EXPECT_EQ(status_of(*m, "stories"), ModelStatus::ready);  // in use: kept
+    }
+    EXPECT_TRUE(eventually([&] { return status_of(*m, "stories") == ModelStatus::unloaded; }));
+    {
+        auto lease = m->acquire("stories", std::chrono::steady_clock::time_point::max(), 1h);
+        ASSERT_TRUE(lease);
+    }
+    auto listed = m->find("stories");
+    ASSERT_TRUE(listed);
+    EXPECT_EQ(listed->status, ModelStatus::ready);
+    EXPECT_EQ(listed->keep_alive, 1h);
+    ASSERT_TRUE(listed->expires_at);
+    EXPECT_GT(*listed->expires_at, std::chrono::system_clock::now() + 59min);
+}
+
+TEST(ModelManager, RequestsForAModelThatIsLoadingWaitForItWithADeadline) {
+    auto m = manager();
+    ASSERT_TRUE(m->add(spec("llama", generated_model("llama-tiny.gguf"))));
+    ASSERT_TRUE(m->load("llama"));
+    auto waited = m->acquire("llama");  // loading or already ready: either way a lease
+    ASSERT_TRUE(waited) << waited.error().describe();
+    EXPECT_FALSE(greedy_text(*waited, "Hi", 4).empty());
+    ASSERT_TRUE(m->add(spec("other", shared_model("stories260K.gguf"))));
+    ASSERT_TRUE(m->load("other"));
+    auto late = m->acquire("other", std::chrono::steady_clock::now());  // already past
+    if (!late) {
+        EXPECT_EQ(late.error().code, ErrorCode::timeout);
+    }
+}
+
+}  // namespace
+}  // namespace llamapp::test
