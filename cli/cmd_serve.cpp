@@ -1,4 +1,5 @@
-// `llamapp serve`: the OpenAI-compatible HTTP server on one model.
+// `llamapp serve`: the OpenAI-compatible HTTP server on the models given with -m and those of a
+// models directory.
 #include <fmt/core.h>
 #include <pthread.h>
 #include <signal.h>
@@ -28,8 +29,15 @@ struct ServeFlags {
     DraftFlags draft;
     std::string api_key_file;
     std::string chat_template_file;
+    std::string alias;
     int timeout_s = 600;
     int drain_grace_s = 30;
+    std::string models_dir;
+    std::size_t max_models = 0;
+    std::string keep_alive = "-1";
+    std::string memory_budget;
+    bool unload_idle = false;
+    bool embeddings = false;
 };
 
 void add_serve_options(CLI::App& cmd, ServeFlags& flags) {
@@ -41,7 +49,24 @@ void add_serve_options(CLI::App& cmd, ServeFlags& flags) {
     cmd.add_option("--unix-socket", s.unix_socket, "listen on a unix socket instead");
     cmd.add_option("--api-key", s.api_key, "require Authorization: Bearer KEY");
     cmd.add_option("--api-key-file", flags.api_key_file, "read the API key from a file");
-    cmd.add_option("--alias", s.model_id, "model id in the API (default: the file name)");
+    cmd.add_option("--alias", flags.alias,
+                   "model id in the API of the first -m model (default: the file name)");
+    cmd.add_option("--models-dir", flags.models_dir,
+                   "serve the GGUF models of this directory too, loaded on first use");
+    cmd.add_option("--max-models,--models-max", flags.max_models,
+                   "most models resident at once (0 = no cap)")
+        ->capture_default_str();
+    cmd.add_option("--keep-alive", flags.keep_alive,
+                   "unload a model idle this long: seconds, or 30s, 5m, 2h (-1 = never)")
+        ->capture_default_str();
+    cmd.add_option("--memory-budget", flags.memory_budget,
+                   "RAM the models may take, e.g. 8G (default: what is available at start, "
+                   "less 256M)");
+    cmd.add_flag("--embeddings,--embedding", flags.embeddings,
+                 "serve /v1/embeddings with generative models too (embedding models always do); "
+                 "each model then holds an embedding context as well");
+    cmd.add_flag("--unload-idle", flags.unload_idle,
+                 "unload least recently used idle models when a load would not fit");
     cmd.add_option("--chat-template-file", flags.chat_template_file,
                    "Jinja chat template to use instead of the model's");
     cmd.add_option("--cors-origin", s.cors_origins, "allow this browser origin (repeatable)");
@@ -90,11 +115,6 @@ Result<ServerOptions> server_options(const ServeFlags& flags) {
             return fail(ErrorCode::invalid_argument, "the API key file is empty",
                         flags.api_key_file);
     }
-    if (!flags.chat_template_file.empty()) {
-        auto text = read_text_file(flags.chat_template_file, "--chat-template-file");
-        if (!text) return std::unexpected(text.error());
-        options.chat_template = *text;
-    }
     if (flags.timeout_s < 1 || flags.drain_grace_s < 0)
         return fail(ErrorCode::invalid_argument, "must be positive", "--timeout");
     options.request_timeout = std::chrono::seconds(flags.timeout_s);
@@ -103,8 +123,7 @@ Result<ServerOptions> server_options(const ServeFlags& flags) {
 }
 
 EngineOptions engine_options(const ServeFlags& flags, const ContextOptions& context,
-                             std::shared_ptr<BatchStrategy> strategy,
-                             std::shared_ptr<KvStore> store) {
+                             std::shared_ptr<BatchStrategy> strategy) {
     EngineOptions eo;
     eo.context = context;
     // -c is the whole cache, as in llama-server; on the unified cache any slot may use all.
@@ -114,11 +133,122 @@ EngineOptions engine_options(const ServeFlags& flags, const ContextOptions& cont
     eo.prefill_chunk = flags.prefill_chunk;
     eo.strategy = strategy;
     apply_draft(flags.draft, eo);
-    eo.kv_store = store;
     return eo;
 }
 
+// "8G", "512M", "64K" or bytes.
+Result<std::uint64_t> parse_size(const std::string& text, const char* option) {
+    std::size_t used = 0;
+    double value = -1;
+    try {
+        value = std::stod(text, &used);
+    } catch (const std::exception&) {
+    }
+    const std::string unit = text.substr(std::min(used, text.size()));
+    const double scale = unit.empty()                 ? 1
+                         : unit == "K" || unit == "k" ? 1024.0
+                         : unit == "M" || unit == "m" ? 1024.0 * 1024
+                         : unit == "G" || unit == "g" ? 1024.0 * 1024 * 1024
+                                                      : -1;
+    if (value < 0 || scale < 0)
+        return fail(ErrorCode::invalid_argument, "a size is bytes or a number with K, M or G",
+                    std::string(option) + "=" + text);
+    return static_cast<std::uint64_t>(value * scale);
+}
+
+Result<ModelManagerOptions> manager_options(const ServeFlags& flags,
+                                            std::shared_ptr<KvStore> store) {
+    ModelManagerOptions mo;
+    mo.kv_store = std::move(store);
+    mo.max_models = flags.max_models;
+    mo.unload_idle_to_fit = flags.unload_idle;
+    mo.unload_grace = std::chrono::seconds(flags.drain_grace_s);
+    auto keep = parse_keep_alive(flags.keep_alive);
+    if (!keep) return std::unexpected(keep.error());
+    mo.keep_alive = *keep;
+    if (!flags.memory_budget.empty()) {
+        auto bytes = parse_size(flags.memory_budget, "--memory-budget");
+        if (!bytes) return std::unexpected(bytes.error());
+        mo.memory_budget[std::string(host_device)] = *bytes;
+    }
+    return mo;
+}
+
+// The -m models (ID=PATH names one; the first takes --alias), then the models directory's.
+Result<std::vector<ModelSpec>> model_specs(const ServeFlags& flags, const ModelSpec& defaults) {
+    std::vector<ModelSpec> specs;
+    std::vector<std::string> given = flags.common.model_paths;
+    if (given.empty() && flags.models_dir.empty()) given.push_back(demo_model(true).string());
+    for (const std::string& arg : given) {
+        ModelSpec s = defaults;
+        const std::size_t eq = arg.find('=');
+        s.path = eq == std::string::npos ? arg : arg.substr(eq + 1);
+        s.id = eq == std::string::npos ? s.path.stem().string() : arg.substr(0, eq);
+        if (specs.empty() && !flags.alias.empty()) s.id = flags.alias;
+        s.source = "path";
+        if (!flags.chat_template_file.empty()) {
+            auto text = read_text_file(flags.chat_template_file, "--chat-template-file");
+            if (!text) return std::unexpected(text.error());
+            s.chat_template = *text;
+        }
+        specs.push_back(std::move(s));
+    }
+    if (!flags.models_dir.empty()) {
+        auto found = scan_models_dir(flags.models_dir, defaults);
+        if (!found) return std::unexpected(found.error());
+        for (auto& s : *found) specs.push_back(std::move(s));
+    }
+    return specs;
+}
+
+// Known models, with the -m ones loaded (and any failure reported) before serving.
+Result<std::unique_ptr<ModelManager>> start_models(const ServeFlags& flags,
+                                                   const EngineOptions& engine,
+                                                   std::shared_ptr<KvStore> store) {
+    auto mo = manager_options(flags, std::move(store));
+    if (!mo) return std::unexpected(mo.error());
+    ModelSpec defaults;
+    defaults.model = model_options(flags.common);
+    defaults.engine = engine;
+    if (flags.embeddings) defaults.embed = true;
+    auto specs = model_specs(flags, defaults);
+    if (!specs) return std::unexpected(specs.error());
+    auto manager = ModelManager::create(std::move(*mo));
+    if (!manager) return std::unexpected(manager.error());
+    const std::size_t preload = flags.common.model_paths.empty() && flags.models_dir.empty()
+                                    ? 1
+                                    : flags.common.model_paths.size();
+    for (std::size_t i = 0; i < specs->size(); ++i) {
+        const std::string id = (*specs)[i].id;
+        if (auto ok = (*manager)->add(std::move((*specs)[i])); !ok)
+            return std::unexpected(ok.error());
+        if (i >= preload) continue;
+        auto lease = (*manager)->acquire(id);
+        if (!lease) {
+            auto listed = (*manager)->find(id);
+            if (listed && listed->error) return std::unexpected(*listed->error);
+            return std::unexpected(lease.error());
+        }
+    }
+    return manager;
+}
+
+void announce(const ModelManager& models, const ServerOptions& options, int port) {
+    for (const ModelListing& m : models.list()) {
+        const std::string what = m.status == ModelStatus::ready
+                                     ? fmt::format("ready, {} slots, n_ctx {}", m.slots, m.n_ctx)
+                                     : std::string(to_string(m.status));
+        std::fprintf(stderr, "llamapp: model %s (%s): %s\n", m.id.c_str(),
+                     m.path.filename().c_str(), what.c_str());
+    }
+    if (options.unix_socket.empty())
+        std::fprintf(stderr, "llamapp: serving on http://%s:%d\n", options.host.c_str(), port);
+    else
+        std::fprintf(stderr, "llamapp: serving on unix socket %s\n", options.unix_socket.c_str());
+}
+
 int serve(const std::shared_ptr<ServeFlags>& flags) {
+    apply_log_level(flags->common);
     auto options = server_options(*flags);
     if (!options) return report(options.error());
     auto ctx_options = context_options(flags->context);
@@ -133,14 +263,11 @@ int serve(const std::shared_ptr<ServeFlags>& flags) {
 
     auto strategy = llamapp::batch_strategy(flags->batch_strategy);
     if (!strategy) return report(strategy.error());
-    auto model = load_model(flags->common);
-    if (!model) return report(model.error());
     auto store = open_kv_store(flags->cache);
     if (!store) return report(store.error());
-    const EngineOptions eo = engine_options(*flags, *ctx_options, *strategy, *store);
-    auto engine = Engine::create(*model, eo);
-    if (!engine) return report(engine.error());
-    auto server = Server::create(*model, *engine, *store, *options);
+    auto models = start_models(*flags, engine_options(*flags, *ctx_options, *strategy), *store);
+    if (!models) return report(models.error());
+    auto server = Server::create(**models, *options);
     if (!server) return report(server.error());
     if (auto ok = (*server)->bind(); !ok) return report(ok.error());
     Server& srv = **server;
@@ -150,12 +277,7 @@ int serve(const std::shared_ptr<ServeFlags>& flags) {
         std::fprintf(stderr, "llamapp: %s, draining\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
         srv.drain();
     });
-    if (options->unix_socket.empty())
-        std::fprintf(stderr, "llamapp: serving %s on http://%s:%d (%d slots, prefix reuse: %s)\n",
-                     model->info().path.filename().c_str(), options->host.c_str(), srv.port(),
-                     flags->slots, engine->reuse_modes().describe().c_str());
-    else
-        std::fprintf(stderr, "llamapp: serving on unix socket %s\n", options->unix_socket.c_str());
+    announce(**models, *options, srv.port());
     auto served = srv.listen();
     if (!served) {
         report(served.error());
@@ -174,7 +296,7 @@ Runner add_serve(CLI::App& app) {
     auto flags = std::make_shared<ServeFlags>();
     flags->common.log_level = "info";  // a server logs one line per request
     CLI::App* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server");
-    add_common(*cmd, flags->common);
+    add_common(*cmd, flags->common, true);
     add_context(*cmd, flags->context);
     add_cache(*cmd, flags->cache);
     add_draft(*cmd, flags->draft);

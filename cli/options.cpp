@@ -12,9 +12,14 @@ namespace llamapp::cli {
 
 namespace fs = std::filesystem;
 
-void add_common(CLI::App& app, CommonFlags& flags) {
-    app.add_option("-m,--model", flags.model_path,
-                   "GGUF model file (default: the demo model the build makes)");
+void add_common(CLI::App& app, CommonFlags& flags, bool several_models) {
+    if (several_models)
+        app.add_option("-m,--model", flags.model_paths,
+                       "GGUF model file, as ID=PATH to name it (repeatable; default: the demo "
+                       "model the build makes, unless --models-dir is given)");
+    else
+        app.add_option("-m,--model", flags.model_path,
+                       "GGUF model file (default: the demo model the build makes)");
     app.add_option("--log-level", flags.log_level, "debug, info, warning, error or none")
         ->check(CLI::IsMember({"debug", "info", "warning", "error", "none"}));
     app.add_option("--n-gpu-layers,--gpu-layers", flags.n_gpu_layers,
@@ -94,22 +99,34 @@ void draw_progress(float p) {
 
 }  // namespace
 
-Result<Model> load_model(const CommonFlags& flags, bool vocab_only) {
+void apply_log_level(const CommonFlags& flags) {
     LogLevel level;
     parse_log_level(flags.log_level, level);
     set_log_level(level);
-    fs::path path = flags.model_path;
-    if (path.empty()) {
-        path = demo_model_path();
+}
+
+fs::path demo_model(bool announce) {
+    fs::path path = demo_model_path();
+    if (announce)
         std::fprintf(stderr,
                      "llamapp: no model given, using the demo model %s\n"
                      "llamapp: it has RANDOM weights, so its text is gibberish; pass -m PATH to a "
                      "real GGUF.\n",
                      path.c_str());
-    }
+    return path;
+}
+
+ModelOptions model_options(const CommonFlags& flags) {
     ModelOptions options;
     options.n_gpu_layers = flags.n_gpu_layers;
     options.use_mmap = !flags.no_mmap;
+    return options;
+}
+
+Result<Model> load_model(const CommonFlags& flags, bool vocab_only) {
+    apply_log_level(flags);
+    const fs::path path = flags.model_path.empty() ? demo_model(true) : fs::path(flags.model_path);
+    ModelOptions options = model_options(flags);
     options.vocab_only = vocab_only;
     if (isatty(STDOUT_FILENO) && isatty(STDERR_FILENO)) {
         options.progress = [](float p) {

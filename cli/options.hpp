@@ -12,6 +12,7 @@ namespace llamapp::cli {
 
 struct CommonFlags {
     std::string model_path;
+    std::vector<std::string> model_paths;  // serve: -m may be given several times
     // llama.cpp's own lines stay quiet by default: failures are reported as one error line.
     std::string log_level = "none";
     int n_gpu_layers = -1;
@@ -61,7 +62,12 @@ struct SamplingFlags {
     std::string json_schema;
 };
 
-void add_common(CLI::App& app, CommonFlags& flags);
+void add_common(CLI::App& app, CommonFlags& flags, bool several_models = false);
+// Applies --log-level.
+void apply_log_level(const CommonFlags& flags);
+// The demo model the build makes, used when no model is given (and the banner saying so).
+std::filesystem::path demo_model(bool announce);
+ModelOptions model_options(const CommonFlags& flags);
 void add_context(CLI::App& app, ContextFlags& flags);
 void add_sampling(CLI::App& app, SamplingFlags& flags);
 void add_cache(CLI::App& app, CacheFlags& flags);

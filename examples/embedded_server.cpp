@@ -1,5 +1,5 @@
-// The OpenAI-compatible server inside an application: the application owns the model, the
-// engine and the server, and decides when to stop (here: when its standard input closes).
+// The OpenAI-compatible server inside an application: the application owns the model manager
+// and the server, and decides when to stop (here: when its standard input closes).
 //   embedded_server MODEL.gguf [PORT]      (PORT 0 or absent: any free port, printed)
 #include <llamapp/llamapp.hpp>
 #include <llamapp/server.hpp>
@@ -15,22 +15,27 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "usage: %s MODEL.gguf [PORT]\n", argv[0]);
         return 2;
     }
-    auto model = llamapp::Model::load(argv[1]);
-    if (!model) {
-        std::fprintf(stderr, "error: %s\n", model.error().describe().c_str());
+    auto models = llamapp::ModelManager::create();
+    if (!models) {
+        std::fprintf(stderr, "error: %s\n", models.error().describe().c_str());
         return 1;
     }
-    llamapp::EngineOptions engine_options;
-    engine_options.context.n_ctx = 2048;
-    auto engine = llamapp::Engine::create(*model, engine_options);
-    if (!engine) {
-        std::fprintf(stderr, "error: %s\n", engine.error().describe().c_str());
+    llamapp::ModelSpec spec;
+    spec.id = "embedded";
+    spec.path = argv[1];
+    spec.engine.context.n_ctx = 2048;
+    if (auto added = (*models)->add(spec); !added) {
+        std::fprintf(stderr, "error: %s\n", added.error().describe().c_str());
+        return 1;
+    }
+    // Loaded now rather than by the first request (which would load it too).
+    if (auto ready = (*models)->acquire("embedded"); !ready) {
+        std::fprintf(stderr, "error: %s\n", ready.error().describe().c_str());
         return 1;
     }
     llamapp::ServerOptions server_options;
     server_options.port = argc > 2 ? std::atoi(argv[2]) : 0;
-    server_options.model_id = "embedded";
-    auto server = llamapp::Server::create(*model, *engine, nullptr, server_options);
+    auto server = llamapp::Server::create(**models, server_options);
     if (!server) {
         std::fprintf(stderr, "error: %s\n", server.error().describe().c_str());
         return 1;

@@ -36,6 +36,8 @@ class Embedder {
     // are. Errors: those of Context::embed_batch, queue_full, shutting_down.
     [[nodiscard]] Result<std::vector<std::vector<float>>> embed(
         std::vector<std::vector<Token>> inputs, const EmbedOptions& options = {});
+    // The longest input accepted (the context's size; 0 = the model's training length).
+    std::int64_t max_input_tokens() const;
 
   private:
     explicit Embedder(std::unique_ptr<detail::EmbedderState> state);

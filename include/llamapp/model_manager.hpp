@@ -39,7 +39,11 @@ struct ModelSpec {
     ModelOptions model;          // `progress` is the manager's
     EngineOptions engine;        // `kv_store`, `metrics` and the model label are the manager's
     std::string chat_template;   // Jinja overriding the model's (empty: the model's, or ChatML)
-    std::optional<ModelCapabilities> capabilities;  // overrides what the GGUF says
+    // What the GGUF says unless set: a model that pools (an embedding model) embeds and does
+    // not generate; any other generates, and embeds only when `embed` is set, since its
+    // embedding context needs compute buffers of its own (logits for a whole input).
+    std::optional<bool> generate;
+    std::optional<bool> embed;
     // Idle time before an unload; negative = never. Unset: the manager's.
     std::optional<std::chrono::milliseconds> keep_alive;
 };
@@ -153,6 +157,11 @@ class ModelManager {
     [[nodiscard]] Result<void> unload(
         const std::string& name, std::optional<std::chrono::milliseconds> grace = std::nullopt);
 
+    // Unloads every ready model (what runs gets `grace`), as a server's drain does.
+    void unload_all(std::chrono::milliseconds grace);
+    // A lease only when the model is ready now: loads nothing, keeps its keep-alive.
+    std::optional<ModelLease> acquire_if_ready(const std::string& name);
+
     std::vector<ModelListing> list() const;
     [[nodiscard]] Result<ModelListing> find(const std::string& name) const;
     // The budget per device and what the resident models take of it.
@@ -169,5 +178,17 @@ class ModelManager {
     explicit ModelManager(std::shared_ptr<detail::ManagerState> state);
     std::shared_ptr<detail::ManagerState> state_;
 };
+
+// A keep-alive as Ollama spells it: seconds ("300", "-1" = forever) or a number with a unit,
+// "500ms", "30s", "5m", "2h". Errors: invalid_argument.
+[[nodiscard]] Result<std::chrono::milliseconds> parse_keep_alive(std::string_view text);
+
+// The models of a directory: one per GGUF file (a split set by its first part,
+// "-00001-of-0000N.gguf"; multimodal projectors, mmproj*, skipped), named after the file, and one
+// per subdirectory holding exactly one model, named after the subdirectory. Each spec is a copy
+// of `defaults` with its id, path and source ("models-dir"); characters an id cannot hold become
+// '-'. Sorted by id. Errors: file_not_found, invalid_argument (not a directory), io_error.
+[[nodiscard]] Result<std::vector<ModelSpec>> scan_models_dir(const std::filesystem::path& dir,
+                                                             const ModelSpec& defaults = {});
 
 }  // namespace llamapp

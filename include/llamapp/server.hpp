@@ -1,4 +1,5 @@
-// Server: an OpenAI-compatible HTTP front end for one engine (and its KV store).
+// Server: an OpenAI-compatible HTTP front end for the models of a ModelManager (and their KV
+// store); the "model" of each request routes it.
 #pragma once
 
 #include <chrono>
@@ -7,10 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "llamapp/engine.hpp"
 #include "llamapp/error.hpp"
-#include "llamapp/kv_store.hpp"
-#include "llamapp/model.hpp"
+#include "llamapp/model_manager.hpp"
 
 namespace llamapp {
 
@@ -20,8 +19,6 @@ struct ServerOptions {
     std::string unix_socket;                // listen on this path instead of host:port
     std::string api_key;                    // empty = no authentication
     std::vector<std::string> cors_origins;  // empty = no CORS headers
-    std::string model_id;                   // what /v1/models lists; empty = the file's stem
-    std::string chat_template;  // Jinja source overriding the model's (empty = the model's)
     std::size_t max_body_bytes = 8u << 20;
     int max_prompt_tokens = 0;  // 0 = the context size
     int max_tokens = 0;         // largest max_tokens a request may ask for; 0 = the context size
@@ -40,9 +37,8 @@ struct ServerState;
 // return after in-flight requests finished or the grace period ran out.
 class Server {
   public:
-    // `engine` and `store` (may be null) must outlive the server.
-    [[nodiscard]] static Result<std::unique_ptr<Server>> create(const Model& model, Engine& engine,
-                                                                std::shared_ptr<KvStore> store,
+    // `models` must outlive the server; drain() unloads its models.
+    [[nodiscard]] static Result<std::unique_ptr<Server>> create(ModelManager& models,
                                                                 ServerOptions options);
     ~Server();
 
@@ -53,8 +49,8 @@ class Server {
     int port() const;
 
     // Stops accepting work (ready turns false, new requests get 503), lets in-flight requests
-    // finish for up to the grace period, cancels the rest, shuts the engine down (saving KV
-    // store entries per policy) and stops the listener.
+    // finish for up to the grace period, cancels the rest, unloads every model (saving KV store
+    // entries per policy) and stops the listener.
     void drain();
 
   private:

@@ -92,6 +92,10 @@ Result<Embedder> Embedder::create(const Model& model, EmbedderOptions options) {
     return Embedder(std::move(state));
 }
 
+std::int64_t Embedder::max_input_tokens() const {
+    return state_->options.context.n_ctx;
+}
+
 Result<std::vector<std::vector<float>>> Embedder::embed(std::vector<std::vector<Token>> inputs,
                                                         const EmbedOptions& options) {
     detail::EmbedderState& s = *state_;

@@ -142,12 +142,13 @@ Result<void> ModelManager::add(ModelSpec spec) {
     if (auto header = detail::probe_gguf(spec.path); header) {
         entry->architecture = header->architecture;
         entry->capabilities.generate = !header->pools;
-        entry->capabilities.embed = true;
+        entry->capabilities.embed = header->pools;
     } else {
         entry->status = ModelStatus::failed;
         entry->error = header.error();
     }
-    if (spec.capabilities) entry->capabilities = *spec.capabilities;
+    if (spec.generate) entry->capabilities.generate = *spec.generate;
+    if (spec.embed) entry->capabilities.embed = *spec.embed;
     entry->spec = std::move(spec);
     ManagerState& s = *state_;
     std::lock_guard lock(s.mutex);
@@ -262,6 +263,24 @@ Result<void> ModelManager::unload(const std::string& name,
     lock.unlock();
     s.finish_unload(*e, grace.value_or(s.options.unload_grace));
     return {};
+}
+
+void ModelManager::unload_all(std::chrono::milliseconds grace) {
+    std::vector<std::string> ready;
+    {
+        std::lock_guard lock(state_->mutex);
+        for (const auto& [id, e] : state_->entries)
+            if (e->status == ModelStatus::ready) ready.push_back(id);
+    }
+    for (const auto& id : ready) (void)unload(id, grace);  // busy: another unload got there first
+}
+
+std::optional<ModelLease> ModelManager::acquire_if_ready(const std::string& name) {
+    std::lock_guard lock(state_->mutex);
+    ModelEntry* e = state_->find(name);
+    if (!e || e->status != ModelStatus::ready) return std::nullopt;
+    ++e->leases;
+    return ModelLease(state_, e->loaded);
 }
 
 std::vector<ModelListing> ModelManager::list() const {

@@ -144,19 +144,20 @@ json embeddings_json(std::vector<std::vector<float>> vectors, const EmbeddingFor
 void ServerState::embeddings(const httplib::Request& req, httplib::Response& res) {
     InFlight counted(*this);  // from the start: a drain that begins now waits for this request
     const json body = parse_body(req.body);
-    if (const json* m = optional_field(body, "model")) check_model(string_field(*m, "model"));
-    const int n_embd = model.info().n_embd_out > 0 ? model.info().n_embd_out : model.info().n_embd;
+    const ServedModel m = serve(body, Need::embed);
+    const ModelInfo& info = m.lease.model().info();
+    const int n_embd = info.n_embd_out > 0 ? info.n_embd_out : info.n_embd;
     const EmbeddingFormat format = embedding_format(body, n_embd);
-    auto inputs = embedding_inputs(body, model.tokenizer(), limits, options.max_embedding_inputs,
-                                   max_prompt_tokens);
+    auto inputs = embedding_inputs(body, m.lease.model().tokenizer(), m.limits,
+                                   options.max_embedding_inputs, m.max_prompt_tokens);
     int prompt_tokens = 0;
     for (const auto& tokens : inputs) prompt_tokens += static_cast<int>(tokens.size());
     // On the embedder's own thread; this one only waits.
-    auto vectors = embedder->embed(std::move(inputs));
+    auto vectors = m.lease.embedder().embed(std::move(inputs));
     if (!vectors) throw HttpException{http_error(vectors.error(), "input")};
     json out = {{"object", "list"},
                 {"data", embeddings_json(std::move(*vectors), format)},
-                {"model", model_id},
+                {"model", m.lease.id()},
                 {"usage", {{"prompt_tokens", prompt_tokens}, {"total_tokens", prompt_tokens}}}};
     res.set_content(dump(out), "application/json");
 }

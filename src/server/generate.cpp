@@ -274,14 +274,15 @@ std::string error_param(const Error& e, bool chat) {
 
 // Streaming: the provider runs on this connection's thread until the final event.
 struct Stream {
-    Stream(RequestHandle h, OpenAiReply r, InFlight c)
-        : handle(std::move(h)), reply(std::move(r)), counted(std::move(c)) {}
+    Stream(ModelLease l, RequestHandle h, OpenAiReply r, InFlight c)
+        : lease(std::move(l)), handle(std::move(h)), reply(std::move(r)), counted(std::move(c)) {}
     Stream(const Stream&) = delete;
     Stream& operator=(const Stream&) = delete;
     ~Stream() {
         if (server) server->access_log(method, path, 200, bytes, reply.id(), fields);
     }
 
+    ModelLease lease;  // first: released after the handle
     RequestHandle handle;
     OpenAiReply reply;
     InFlight counted;
@@ -295,13 +296,15 @@ struct Stream {
 
 }  // namespace
 
-ChatSubmission ServerState::submit(GenerationRequest& g, bool chat) {
-    if (!g.model.empty()) check_model(g.model);
+ChatSubmission ServerState::submit(const ServedModel& m, GenerationRequest& g, bool chat) {
     g.engine.options.timeout = options.request_timeout;
-    g.engine.max_prompt_tokens = static_cast<std::size_t>(max_prompt_tokens);
+    g.engine.max_prompt_tokens = static_cast<std::size_t>(m.max_prompt_tokens);
+    Engine& engine = m.lease.engine();
+    const ChatTemplate* chat_template = m.lease.chat_template();
     if (chat && !chat_template) {
-        throw HttpException{http_error(Error{ErrorCode::template_error, chat_template_error, {}},
-                                       "messages", "no_chat_template")};
+        throw HttpException{
+            http_error(Error{ErrorCode::template_error, m.lease.chat_template_error(), {}},
+                       "messages", "no_chat_template")};
     }
     if (chat) {
         auto submitted =
@@ -323,11 +326,13 @@ void ServerState::generate(const httplib::Request& req, httplib::Response& res, 
     // here: the pre-routing check may have passed just before the drain began).
     InFlight counted(*this);
     if (draining) throw HttpException{draining_error()};
-    GenerationRequest g = chat ? parse_chat(parse_body(req.body), limits)
-                               : parse_completion(parse_body(req.body), limits);
-    ChatSubmission submitted = submit(g, chat);
+    const json body = parse_body(req.body);
+    ServedModel served = serve(body, Need::generate);
+    GenerationRequest g =
+        chat ? parse_chat(body, served.limits) : parse_completion(body, served.limits);
+    ChatSubmission submitted = submit(served, g, chat);
     OpenAiReply reply(fmt::format("{}-{}", chat ? "chatcmpl" : "cmpl", next_id.fetch_add(1) + 1),
-                      model_id, chat, g.logprobs, g.include_usage, submitted.prompt);
+                      served.lease.id(), chat, g.logprobs, g.include_usage, submitted.prompt);
     res.set_header("X-Request-Id", reply.id());
     if (!g.stream) {
         EngineEvent event;
@@ -340,8 +345,8 @@ void ServerState::generate(const httplib::Request& req, httplib::Response& res, 
         res.set_content(dump(reply.whole(done->generation)), "application/json");
         return;
     }
-    auto stream =
-        std::make_shared<Stream>(std::move(submitted.handle), std::move(reply), std::move(counted));
+    auto stream = std::make_shared<Stream>(std::move(served.lease), std::move(submitted.handle),
+                                           std::move(reply), std::move(counted));
     stream->method = req.method;
     stream->path = req.path;
     stream->server = this;

@@ -33,46 +33,29 @@ Server::~Server() {
     if (state_) state_->http.stop();
 }
 
-Result<std::unique_ptr<Server>> Server::create(const Model& model, Engine& engine,
-                                               std::shared_ptr<KvStore> store,
-                                               ServerOptions options) {
+Result<std::unique_ptr<Server>> Server::create(ModelManager& models, ServerOptions options) {
     if (options.port < 0 || options.port > 65535)
         return fail(ErrorCode::invalid_argument, "port must be in [0, 65535]", "port");
     if (options.max_body_bytes < 1024)
         return fail(ErrorCode::invalid_argument, "must be >= 1024", "max_body_bytes");
     if (options.max_prompt_tokens < 0 || options.max_tokens < 0 || options.max_stop_strings < 0)
         return fail(ErrorCode::invalid_argument, "limits must be >= 0", "max_tokens");
-    auto state = std::make_unique<ServerState>(model, engine, std::move(store), options);
+    auto state = std::make_unique<ServerState>(models, options);
     ServerState& s = *state;
-    s.model_id = options.model_id.empty() ? model.info().path.stem().string() : options.model_id;
-    const int n_ctx = engine.n_ctx();
-    s.max_prompt_tokens =
-        options.max_prompt_tokens > 0 ? std::min(options.max_prompt_tokens, n_ctx) : n_ctx;
-    s.limits.max_tokens = options.max_tokens > 0 ? std::min(options.max_tokens, n_ctx) : n_ctx;
-    s.limits.max_stop_strings = options.max_stop_strings;
-    s.limits.vocab_size = model.tokenizer().vocab_size();
-    if (auto t = ChatTemplate::create(model, options.chat_template, MissingTemplate::chatml); t) {
-        s.chat_template = std::move(*t);
-    } else {
-        if (!options.chat_template.empty()) return std::unexpected(t.error());
-        s.chat_template_error = t.error().describe();
-        log(LogLevel::warning, "server: /v1/chat/completions is off: {}", s.chat_template_error);
-    }
-    EmbedderOptions embed;
-    embed.context.n_ctx = s.max_prompt_tokens;
-    embed.context.n_batch = embed.context.n_ctx;
-    embed.context.n_ubatch = embed.context.n_ctx;
-    auto embedder = Embedder::create(model, embed);
-    if (!embedder) return std::unexpected(embedder.error());
-    s.embedder.emplace(std::move(*embedder));
     // A connection waits for a thread before anything reads its request, where no queue bound,
     // deadline or disconnect check can see it: enough threads for every slot, the whole engine
     // queue (whose overflow then gets its 429) and headroom for health checks and metrics.
-    const EngineStats engine_stats = engine.stats();
-    const std::size_t threads =
-        options.http_threads > 0
-            ? static_cast<std::size_t>(options.http_threads)
-            : static_cast<std::size_t>(engine_stats.slots) + engine_stats.max_queued_requests + 16;
+    // Sized for the models known now; loaded models are asked so that their slots count.
+    std::size_t capacity = 0;
+    for (const ModelListing& m : models.list()) {
+        auto lease = models.acquire_if_ready(m.id);
+        if (!lease || !lease->capabilities().generate) continue;
+        const EngineStats st = lease->engine().stats();
+        capacity += static_cast<std::size_t>(st.slots) + st.max_queued_requests;
+    }
+    const std::size_t threads = options.http_threads > 0
+                                    ? static_cast<std::size_t>(options.http_threads)
+                                    : std::max<std::size_t>(capacity, 68) + 16;
     // All started up front: httplib adds a thread only when none is idle at the moment a
     // connection is queued, so a burst can strand connections behind long requests.
     s.http.new_task_queue = [threads] { return new httplib::ThreadPool(threads, threads); };
@@ -125,20 +108,13 @@ void Server::drain() {
         while (s.in_flight.load() > 0 && std::chrono::steady_clock::now() < until)
             std::this_thread::sleep_for(std::chrono::milliseconds(20));
         // Cancels what is left; their streams end with an error event; entries are saved.
-        s.engine.shutdown();
+        s.models.unload_all(std::chrono::milliseconds{0});
         while (s.in_flight.load() > 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
         s.http.stop();
     });
 }
 
 namespace detail {
-
-void ServerState::check_model(const std::string& name) const {
-    if (name == model_id) return;
-    throw HttpException{http_error(
-        Error{ErrorCode::not_found, fmt::format("the model '{}' does not exist", name), {}},
-        "model", "model_not_found")};
-}
 
 HttpError draining_error() {
     return http_error(Error{ErrorCode::shutting_down, "the server is shutting down", {}}, "",
@@ -245,34 +221,37 @@ void ServerState::install_hooks() {
         });
 }
 
+// Ready while not draining and no loaded model's queue is full; the models say which are ready.
 void ServerState::health(httplib::Response& res) const {
-    const EngineStats st = engine.stats();
-    const bool ready = !draining && st.queued_requests < st.max_queued_requests;
+    int slots = 0, busy = 0;
+    std::size_t queued = 0;
+    bool full = false;
+    json listed = json::array();
+    for (const ModelListing& m : models.list()) {
+        listed.push_back({{"id", m.id}, {"status", to_string(m.status)}});
+        auto lease = models.acquire_if_ready(m.id);
+        if (!lease || !lease->capabilities().generate) continue;
+        const EngineStats st = lease->engine().stats();
+        slots += st.slots;
+        busy += st.busy_slots;
+        queued += st.queued_requests;
+        full = full || st.queued_requests >= st.max_queued_requests;
+    }
+    const bool ready = !draining && !full;
     json body = {{"status", ready ? "ok" : (draining ? "draining" : "busy")},
-                 {"slots", st.slots},
-                 {"busy_slots", st.busy_slots},
-                 {"queued_requests", st.queued_requests},
-                 {"prefix_reuse", engine.reuse_modes().describe()}};
+                 {"slots", slots},
+                 {"busy_slots", busy},
+                 {"queued_requests", queued},
+                 {"models", std::move(listed)}};
+    if (auto lease = models.acquire_if_ready(""); lease && lease->capabilities().generate)
+        body["prefix_reuse"] = lease->engine().reuse_modes().describe();
     res.status = ready ? 200 : 503;
     res.set_content(dump(body), "application/json");
 }
 
-void ServerState::models(httplib::Response& res) const {
-    json models = {{"object", "list"},
-                   {"data",
-                    {{{"id", model_id},
-                      {"object", "model"},
-                      {"created", 0},
-                      {"owned_by", "llamapp"},
-                      {"meta",
-                       {{"n_ctx", engine.n_ctx()},
-                        {"n_vocab", limits.vocab_size},
-                        {"architecture", model.info().architecture}}}}}}};
-    res.set_content(dump(models), "application/json");
-}
-
 void ServerState::tokenize(const httplib::Request& req, httplib::Response& res) const {
     const json body = parse_body(req.body);
+    const ServedModel m = serve(body, Need::tokens);
     const json* content = optional_field(body, "content");
     if (!content) throw HttpException{invalid("content", "'content' is required")};
     TokenizeOptions t;
@@ -280,24 +259,25 @@ void ServerState::tokenize(const httplib::Request& req, httplib::Response& res) 
         if (!v->is_boolean()) throw HttpException{invalid("add_special", "must be a boolean")};
         t.add_special = v->get<bool>();
     }
-    auto tokens = model.tokenizer().encode(string_field(*content, "content"), t);
+    auto tokens = m.lease.model().tokenizer().encode(string_field(*content, "content"), t);
     if (!tokens) throw HttpException{http_error(tokens.error(), "content")};
     res.set_content(dump(json{{"tokens", *tokens}}), "application/json");
 }
 
 void ServerState::detokenize(const httplib::Request& req, httplib::Response& res) const {
     const json body = parse_body(req.body);
+    const ServedModel m = serve(body, Need::tokens);
     const json* tokens = optional_field(body, "tokens");
     if (!tokens || !tokens->is_array())
         throw HttpException{invalid("tokens", "'tokens' must be an array of token ids")};
     std::vector<Token> ids;
     for (const auto& t : *tokens) {
         if (!t.is_number_integer() || t.get<long long>() < 0 ||
-            t.get<long long>() >= limits.vocab_size)
+            t.get<long long>() >= m.limits.vocab_size)
             throw HttpException{invalid("tokens", "not a token id of this model")};
         ids.push_back(t.get<Token>());
     }
-    auto text = model.tokenizer().decode(ids);
+    auto text = m.lease.model().tokenizer().decode(ids);
     if (!text) throw HttpException{http_error(text.error(), "tokens")};
     res.set_content(dump(json{{"content", *text}}), "application/json");
 }
@@ -310,10 +290,10 @@ void ServerState::register_routes() {
     http.Get("/health/ready", [this](Req, Res res) { health(res); });
     http.Get("/health/live",
              [](Req, Res res) { res.set_content(R"({"status":"ok"})", "application/json"); });
-    http.Get("/v1/models", [this](Req, Res res) { models(res); });
+    http.Get("/v1/models", [this](Req, Res res) { list_models(res); });
     http.Get("/metrics", [this](Req, Res res) {
-        std::string text = engine.metrics().prometheus_text();
-        if (store && &store->metrics() != &engine.metrics())
+        std::string text = models.metrics().prometheus_text();
+        if (store && &store->metrics() != &models.metrics())
             text += store->metrics().prometheus_text();
         res.set_content(text, "text/plain; version=0.0.4");
     });
@@ -323,6 +303,7 @@ void ServerState::register_routes() {
     http.Post("/v1/completions", [this](Req req, Res res) { generate(req, res, false); });
     http.Post("/v1/chat/completions", [this](Req req, Res res) { generate(req, res, true); });
     register_cache_routes();
+    register_model_routes();
 }
 
 }  // namespace detail

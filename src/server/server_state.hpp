@@ -9,51 +9,56 @@
 
 #include "llamapp/chat.hpp"
 #include "llamapp/chat_stream.hpp"
-#include "llamapp/embedder.hpp"
+#include "llamapp/model_manager.hpp"
 #include "llamapp/server.hpp"
 #include "server/http_error.hpp"
 #include "server/openai_request.hpp"
 
 namespace llamapp::detail {
 
-struct ServerState {
-    ServerState(const Model& m, Engine& e, std::shared_ptr<KvStore> s, ServerOptions o)
-        : model(m), engine(e), store(std::move(s)), options(std::move(o)) {}
-
-    const Model& model;
-    Engine& engine;
-    std::shared_ptr<KvStore> store;
-    ServerOptions options;
-    std::optional<ChatTemplate> chat_template;  // empty: chat answers 400
-    std::string chat_template_error;
-    std::string model_id;
+// A request's model: the lease keeps it loaded until the reply is sent.
+struct ServedModel {
+    ModelLease lease;
     RequestLimits limits;
     int max_prompt_tokens = 0;
+};
+
+struct ServerState {
+    ServerState(ModelManager& m, ServerOptions o)
+        : models(m), store(m.kv_store()), options(std::move(o)) {}
+
+    ModelManager& models;
+    std::shared_ptr<KvStore> store;
+    ServerOptions options;
     httplib::Server http;
     std::atomic<bool> draining{false};
     std::atomic<int> in_flight{0};
     std::atomic<std::uint64_t> next_id{0};
     int port = 0;
     std::once_flag drained;
-    std::optional<Embedder> embedder;  // /v1/embeddings
 
     void register_routes();
     void install_hooks();  // logging, CORS, auth, drain and the error shapes around every route
     httplib::Server::HandlerResponse pre_route(const httplib::Request& req, httplib::Response& res);
     void answer_protocol_error(const httplib::Request& req, httplib::Response& res);
     void health(httplib::Response& res) const;
-    void models(httplib::Response& res) const;
+    void list_models(httplib::Response& res) const;
     void tokenize(const httplib::Request& req, httplib::Response& res) const;
     void detokenize(const httplib::Request& req, httplib::Response& res) const;
     void register_cache_routes();
+    void register_model_routes();
+    void load_model(const httplib::Request& req, httplib::Response& res);
     void generate(const httplib::Request& req, httplib::Response& res, bool chat);
     // Hands the request to the engine (chat: rendered and tokenized there); errors are thrown as
     // HttpException. A completion's ChatPrompt is empty.
-    ChatSubmission submit(GenerationRequest& g, bool chat);
+    ChatSubmission submit(const ServedModel& m, GenerationRequest& g, bool chat);
     void embeddings(const httplib::Request& req, httplib::Response& res);
     void send_error(httplib::Response& res, const HttpError& error) const;
-    // Fails with a 404 unless `name` is the model this server serves.
-    void check_model(const std::string& name) const;
+    // The model the body's "model" names (absent: the default), loaded if it is not, and what
+    // its requests may ask for. Throws HttpException: 404 model_not_found, 503 for a model that
+    // failed or does not fit, 429 when too many wait for its load, 400 when it cannot `need`.
+    enum class Need { generate, embed, tokens };
+    ServedModel serve(const nlohmann::json& body, Need need) const;
     bool authorized(const httplib::Request& req) const;
     // One structured line per request. A generation adds its fields (finish, tokens, timings)
     // through `fields`; a streamed reply, whose body goes out after httplib's logger has run,

@@ -111,7 +111,8 @@ TEST(ServerOptions, DraftsAreOnByDefaultKeepTheReplyAndShowInMetrics) {
         replies[drafting] = json::parse(r->body)["choices"][0]["text"];
         auto m = server.client().Get("/metrics");
         ASSERT_TRUE(m);
-        const auto value = prometheus_value(m->body, "llamapp_draft_tokens_accepted_total");
+        const auto value =
+            prometheus_value(m->body, "llamapp_draft_tokens_accepted_total{model=\"stories260K\"}");
         ASSERT_TRUE(value);
         const double accepted = *value;
         if (drafting)

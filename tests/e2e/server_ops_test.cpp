@@ -25,7 +25,8 @@ using namespace llamapp::test;
 
 const std::string qwen = generated_model("qwen3-tiny.gguf").string();
 
-const std::string cancelled_series = "llamapp_requests_total{outcome=\"cancelled\"}";
+const std::string cancelled_series =
+    "llamapp_requests_total{model=\"qwen3-tiny\",outcome=\"cancelled\"}";
 
 // A chat request that runs until cancelled (or for thousands of tokens).
 json endless_chat(bool stream) {
@@ -249,7 +250,7 @@ TEST(ServerOps, FlagsShapeWhatTheServerAccepts) {
     std::ofstream(tmpl) << "{% for m in messages %}{{ m['content'] }}{% endfor %}";
     ServerProcess server({"-m", qwen, "-c", "1024", "-t", "2", "--alias", "house-model",
                           "--chat-template-file", tmpl.string(), "--max-tokens", "16",
-                          "--max-embedding-inputs", "2"});
+                          "--max-embedding-inputs", "2", "--embeddings"});
     auto c = server.client();
     EXPECT_EQ(get_json(c, "/v1/models")["data"][0]["id"], "house-model");
     json body = chat_body(4);
@@ -335,7 +336,9 @@ TEST(ServerOps, TheRequestDeadlineEndsALongGeneration) {
     auto r = c.Post("/v1/chat/completions", endless_chat(false).dump(), "application/json");
     expect_error_shape(r, 504, "past --timeout");
     EXPECT_EQ(json::parse(r->body)["error"]["type"], "timeout_error");
-    EXPECT_EQ(metric(get_text(c, "/metrics"), "llamapp_requests_total{outcome=\"timeout\"}"), 1);
+    EXPECT_EQ(metric(get_text(c, "/metrics"),
+                     "llamapp_requests_total{model=\"qwen3-tiny\",outcome=\"timeout\"}"),
+              1);
 }
 
 TEST(ServerOps, HelpNamesTheFlags) {

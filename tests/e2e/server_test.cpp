@@ -49,7 +49,7 @@ class Server : public ::testing::Test {
     static void SetUpTestSuite() {
         server_ = new ServerProcess({"-m", qwen, "-c", "2048", "-t", "2", "--parallel", "2",
                                      "--max-body-bytes", "65536", "--max-prompt-tokens", "256",
-                                     "--max-stop", "4"});
+                                     "--max-stop", "4", "--embeddings"});
     }
     static void TearDownTestSuite() {
         delete server_;
@@ -481,7 +481,8 @@ TEST_F(Server, BadRequestsGetTypedErrorsAndTheServerKeepsServing) {
 
 TEST_F(Server, ClientThatDisconnectsFreesItsSlot) {
     auto c = server_->client();
-    const std::string cancelled = "llamapp_requests_total{outcome=\"cancelled\"}";
+    const std::string cancelled =
+        "llamapp_requests_total{model=\"qwen3-tiny\",outcome=\"cancelled\"}";
     const double before = metric(get_text(c, "/metrics"), cancelled);
     json body = chat_body(2000);
     body["stream"] = true;

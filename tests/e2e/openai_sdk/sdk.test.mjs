@@ -32,7 +32,7 @@ function startServer(args) {
 
 before(async () => {
   assert.ok(bin && modelPath, "LLAMAPP_BIN and LLAMAPP_MODEL must be set");
-  server = await startServer(["-c", "2048", "-t", "2", "--parallel", "2", "--api-key", "sdk-key"]);
+  server = await startServer(["-c", "2048", "-t", "2", "--parallel", "2", "--api-key", "sdk-key", "--embeddings"]);
   client = new OpenAI({ apiKey: "sdk-key", baseURL: `http://127.0.0.1:${server.port}/v1` });
 });
 

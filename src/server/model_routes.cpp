@@ -1,0 +1,166 @@
+// Models over HTTP: routing a request by its "model", GET /v1/models, and the operator's
+// POST /models/load (progress as SSE on request), POST /models/unload and GET /models/{id}.
+#include <fmt/core.h>
+
+#include <thread>
+
+#include "server/server_state.hpp"
+
+namespace llamapp::detail {
+
+using json = nlohmann::json;
+
+namespace {
+
+json capabilities_json(const ModelCapabilities& c) {
+    json out = json::array();
+    if (c.generate) out.push_back("completion");
+    if (c.generate) out.push_back("chat");
+    if (c.embed) out.push_back("embedding");
+    return out;
+}
+
+std::int64_t unix_seconds(std::chrono::system_clock::time_point t) {
+    return std::chrono::duration_cast<std::chrono::seconds>(t.time_since_epoch()).count();
+}
+
+// OpenAI's model object, with llamapp's fields beside it.
+json model_json(const ModelListing& m) {
+    json footprint = json::object();
+    if (m.footprint)
+        for (const auto& d : m.footprint->devices) footprint[d.device] = d.total();
+    json meta = {{"architecture", m.architecture},
+                 {"source", m.source},
+                 {"n_ctx", m.n_ctx},
+                 {"slots", m.slots},
+                 {"footprint_bytes", std::move(footprint)},
+                 {"active_requests", m.active_requests},
+                 {"keep_alive_seconds",
+                  m.keep_alive.count() < 0 ? json(nullptr) : json(m.keep_alive.count() / 1000.0)}};
+    if (m.status == ModelStatus::loading) meta["progress"] = m.progress;
+    if (m.status == ModelStatus::ready) meta["idle_seconds"] = m.idle_seconds;
+    if (m.expires_at) meta["expires_at"] = unix_seconds(*m.expires_at);
+    json out = {{"id", m.id},
+                {"object", "model"},
+                {"created", 0},
+                {"owned_by", "llamapp"},
+                {"status", to_string(m.status)},
+                {"aliases", m.aliases},
+                {"capabilities", capabilities_json(m.capabilities)},
+                {"meta", std::move(meta)}};
+    if (m.error)
+        out["error"] = {{"code", to_string(m.error->code)}, {"message", m.error->describe()}};
+    return out;
+}
+
+std::string required_model(const json& body) {
+    const json* v = optional_field(body, "model");
+    if (!v)
+        throw HttpException{invalid("model", "'model' is required", "missing_required_parameter")};
+    return string_field(*v, "model");
+}
+
+HttpError model_error(const Error& e) {
+    if (e.code == ErrorCode::not_found) return http_error(e, "model", "model_not_found");
+    return http_error(e, "model");
+}
+
+}  // namespace
+
+ServedModel ServerState::serve(const json& body, Need need) const {
+    std::string name;
+    if (const json* v = optional_field(body, "model")) name = string_field(*v, "model");
+    auto lease = models.acquire(name, std::chrono::steady_clock::now() + options.request_timeout);
+    if (!lease) throw HttpException{model_error(lease.error())};
+    const ModelCapabilities& can = lease->capabilities();
+    if ((need == Need::generate && !can.generate) || (need == Need::embed && !can.embed)) {
+        throw HttpException{
+            invalid("model",
+                    fmt::format("the model '{}' does not {}", lease->id(),
+                                need == Need::generate ? "generate text" : "compute embeddings"),
+                    "model_not_capable")};
+    }
+    ServedModel m{std::move(*lease)};
+    m.limits.vocab_size = m.lease.model().tokenizer().vocab_size();
+    m.limits.max_stop_strings = options.max_stop_strings;
+    int n_ctx = 0;
+    if (need == Need::generate) n_ctx = m.lease.engine().n_ctx();
+    if (need == Need::embed) n_ctx = static_cast<int>(m.lease.embedder().max_input_tokens());
+    auto bounded = [n_ctx](int limit) { return limit > 0 ? std::min(limit, n_ctx) : n_ctx; };
+    m.max_prompt_tokens = bounded(options.max_prompt_tokens);
+    m.limits.max_tokens = bounded(options.max_tokens);
+    return m;
+}
+
+void ServerState::list_models(httplib::Response& res) const {
+    json data = json::array();
+    for (const ModelListing& m : models.list()) data.push_back(model_json(m));
+    res.set_content(dump(json{{"object", "list"}, {"data", std::move(data)}}), "application/json");
+}
+
+void ServerState::register_model_routes() {
+    using Req = const httplib::Request&;
+    using Res = httplib::Response&;
+    http.Get(R"(/models/(.+))", [this](Req req, Res res) {
+        auto found = models.find(req.matches[1].str());
+        if (!found) throw HttpException{model_error(found.error())};
+        res.set_content(dump(model_json(*found)), "application/json");
+    });
+    http.Post("/models/load", [this](Req req, Res res) { load_model(req, res); });
+    http.Post("/models/unload", [this](Req req, Res res) {
+        const json body = parse_body(req.body);
+        const std::string name = required_model(body);
+        std::optional<std::chrono::milliseconds> grace;
+        if (const json* v = optional_field(body, "grace_seconds")) {
+            if (!v->is_number() || v->get<double>() < 0 || v->get<double>() > 3600)
+                throw HttpException{invalid("grace_seconds", "must be a number in [0, 3600]")};
+            grace = std::chrono::milliseconds(static_cast<long long>(v->get<double>() * 1000));
+        }
+        if (auto ok = models.unload(name, grace); !ok) throw HttpException{model_error(ok.error())};
+        res.set_content(dump(model_json(*models.find(name))), "application/json");
+    });
+}
+
+// 202 with the model's listing; with "stream": true, SSE events of its listing while it loads,
+// the last one ready or failed.
+void ServerState::load_model(const httplib::Request& req, httplib::Response& res) {
+    const json body = parse_body(req.body);
+    const std::string name = required_model(body);
+    bool stream = false;
+    if (const json* v = optional_field(body, "stream")) {
+        if (!v->is_boolean()) throw HttpException{invalid("stream", "must be a boolean")};
+        stream = v->get<bool>();
+    }
+    if (auto ok = models.load(name); !ok) throw HttpException{model_error(ok.error())};
+    if (!stream) {
+        res.status = 202;
+        res.set_content(dump(model_json(*models.find(name))), "application/json");
+        return;
+    }
+    res.set_header("Cache-Control", "no-cache");
+    auto last = std::make_shared<std::string>();
+    res.set_chunked_content_provider(
+        "text/event-stream", [this, name, last](std::size_t, httplib::DataSink& sink) {
+            // A load reports progress a few times a second; polling at that rate loses nothing
+            // a client shows.
+            for (;;) {
+                auto now = models.find(name);
+                if (!now) {
+                    sink.done();
+                    return true;
+                }
+                const std::string event = "data: " + dump(model_json(*now)) + "\n\n";
+                const bool done = now->status != ModelStatus::loading;
+                if (event != *last || done) {
+                    *last = event;
+                    if (!sink.write(event.data(), event.size())) return false;
+                    if (done) sink.done();
+                    return true;
+                }
+                if (!sink.is_writable()) return false;
+                std::this_thread::sleep_for(std::chrono::milliseconds(100));
+            }
+        });
+}
+
+}  // namespace llamapp::detail

@@ -1,0 +1,152 @@
+// Several models behind one `llamapp serve`: routing by "model", a models directory loaded on
+// demand, a failed file beside working ones, the operator's load and unload routes, the budget.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <fstream>
+
+#include "support/http_helpers.hpp"
+#include "support/paths.hpp"
+#include "support/server_process.hpp"
+#include "support/temp_dir.hpp"
+
+namespace {
+
+using json = nlohmann::json;
+using namespace llamapp::test;
+
+json completion(const std::string& model, int max_tokens = 4) {
+    return {{"model", model},
+            {"prompt", "Once upon a time"},
+            {"max_tokens", max_tokens},
+            {"temperature", 0}};
+}
+
+std::string status_of(httplib::Client& c, const std::string& id) {
+    return get_json(c, "/models/" + id).value("status", "");
+}
+
+TEST(ServerModels, RequestsAreRoutedByModelAndADirectoryIsServedOnDemand) {
+    TempDir dir;
+    std::filesystem::create_symlink(generated_model("llama-tiny.gguf"), dir / "llama-tiny.gguf");
+    std::ofstream(dir / "broken.gguf") << "not a model";
+    std::ofstream(dir / "notes.txt") << "ignored: not a GGUF";
+    ServerProcess server({"-m", generated_model("qwen3-tiny.gguf").string(), "-m",
+                          "stories=" + shared_model("stories260K.gguf").string(), "--models-dir",
+                          dir.path().string(), "-c", "512", "-t", "2", "--parallel", "2"});
+    auto c = server.client();
+
+    const json listed = get_json(c, "/v1/models");
+    std::map<std::string, std::string> status;
+    for (const json& m : listed["data"]) status[m["id"]] = m["status"];
+    EXPECT_EQ(status, (std::map<std::string, std::string>{{"broken", "failed"},
+                                                          {"llama-tiny", "unloaded"},
+                                                          {"qwen3-tiny", "ready"},
+                                                          {"stories", "ready"}}))
+        << listed.dump();
+    for (const json& m : listed["data"]) {
+        if (m["id"] == "broken") {
+            EXPECT_EQ(m["error"]["code"], "invalid_model_file");
+        } else {
+            EXPECT_EQ(m["capabilities"], json({"completion", "chat"})) << m.dump();
+        }
+        if (m["status"] == "ready") {
+            EXPECT_GT(m["meta"]["footprint_bytes"]["RAM"].get<double>(), 0) << m.dump();
+        }
+    }
+
+    // Each model answers for itself; the default is the first -m.
+    for (const std::string model : {"qwen3-tiny", "stories", ""}) {
+        json body = completion(model);
+        if (model.empty()) body.erase("model");
+        auto r = c.Post("/v1/completions", body.dump(), "application/json");
+        ASSERT_TRUE(r);
+        ASSERT_EQ(r->status, 200) << r->body;
+        EXPECT_EQ(json::parse(r->body)["model"], model.empty() ? "qwen3-tiny" : model);
+    }
+    auto unknown = c.Post("/v1/completions", completion("nope").dump(), "application/json");
+    expect_error_shape(unknown, 404, "an unknown model");
+    EXPECT_EQ(json::parse(unknown->body)["error"]["code"], "model_not_found");
+    auto broken = c.Post("/v1/chat/completions",
+                         json{{"model", "broken"}, {"messages", chat_body()["messages"]}}.dump(),
+                         "application/json");
+    expect_error_shape(broken, 503, "a model that failed");
+    EXPECT_EQ(json::parse(broken->body)["error"]["code"], "model_unavailable");
+    auto no_embed = c.Post("/v1/embeddings", json{{"model", "stories"}, {"input", "x"}}.dump(),
+                           "application/json");
+    expect_error_shape(no_embed, 400, "embeddings without --embeddings");
+
+    // A directory model loads on its first request, and the others keep serving meanwhile.
+    auto lazy = c.Post("/v1/completions", completion("llama-tiny").dump(), "application/json");
+    ASSERT_TRUE(lazy);
+    EXPECT_EQ(lazy->status, 200) << lazy->body;
+    EXPECT_EQ(status_of(c, "llama-tiny"), "ready");
+
+    const std::string metrics = get_text(c, "/metrics");
+    EXPECT_EQ(metric(metrics, "llamapp_requests_total{model=\"stories\",outcome=\"length\"}"), 1)
+        << metrics;
+    EXPECT_EQ(metric(metrics, "llamapp_requests_total{model=\"qwen3-tiny\",outcome=\"length\"}"),
+              2);
+    EXPECT_EQ(metric(metrics, "llamapp_models_resident"), 3);
+    const json health = get_json(c, "/health/ready");
+    EXPECT_EQ(health["status"], "ok");
+    EXPECT_EQ(health["models"].size(), 4u);
+}
+
+TEST(ServerModels, OperatorsLoadAndUnloadModelsAndFollowALoad) {
+    ServerProcess server({"-m", "stories=" + shared_model("stories260K.gguf").string(), "-m",
+                          "llama=" + generated_model("llama-tiny.gguf").string(), "-c", "256", "-t",
+                          "2", "--api-key", "k"});
+    httplib::Client c = server.client();
+    c.set_bearer_token_auth("k");
+    auto unload = c.Post("/models/unload", json{{"model", "llama"}}.dump(), "application/json");
+    ASSERT_TRUE(unload);
+    EXPECT_EQ(unload->status, 200) << unload->body;
+    EXPECT_EQ(json::parse(unload->body)["status"], "unloaded");
+    expect_error_shape(
+        c.Post("/models/unload", json{{"model", "llama"}}.dump(), "application/json"), 409,
+        "unloading an unloaded model");
+    EXPECT_EQ(get_json(c, "/health")["models"][0]["status"], "unloaded");
+
+    auto load = c.Post("/models/load", json{{"model", "llama"}, {"stream", true}}.dump(),
+                       "application/json");
+    ASSERT_TRUE(load);
+    ASSERT_EQ(load->status, 200) << load->body;
+    const auto events = sse_events(load->body);
+    ASSERT_FALSE(events.empty());
+    const json last = json::parse(events.back().substr(6));
+    EXPECT_EQ(last["status"], "ready") << load->body;
+    expect_error_shape(c.Post("/models/load", json{{"model", "llama"}}.dump(), "application/json"),
+                       409, "loading a loaded model");
+    expect_error_shape(c.Post("/models/load", json{{"model", "none"}}.dump(), "application/json"),
+                       404, "loading an unknown model");
+    expect_error_shape(c.Post("/models/load", "{}", "application/json"), 400, "no model");
+    expect_error_shape(c.Get("/models/none"), 404, "an unknown model's listing");
+    auto r = c.Post("/v1/completions", completion("llama").dump(), "application/json");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200) << r->body;
+    httplib::Client anonymous = server.client();
+    expect_error_shape(
+        anonymous.Post("/models/unload", json{{"model", "llama"}}.dump(), "application/json"), 401,
+        "the admin routes are behind the key");
+}
+
+TEST(ServerModels, AModelOverTheMemoryBudgetIsRefusedNamingTheBytes) {
+    TempDir dir;
+    std::filesystem::create_symlink(generated_model("llama-tiny.gguf"), dir / "llama-tiny.gguf");
+    ServerProcess server(
+        {"--models-dir", dir.path().string(), "--memory-budget", "1M", "-c", "256", "-t", "2"});
+    auto c = server.client();
+    auto r = c.Post("/v1/completions", completion("llama-tiny").dump(), "application/json");
+    expect_error_shape(r, 503, "over the budget");
+    const json e = json::parse(r->body)["error"];
+    EXPECT_EQ(e["code"], "insufficient_memory");
+    EXPECT_NE(e["message"].get<std::string>().find("1.0 MiB are available"), std::string::npos)
+        << e.dump();
+    EXPECT_EQ(status_of(c, "llama-tiny"), "unloaded");
+    EXPECT_EQ(get_json(c, "/v1/models")["data"][0]["error"]["code"], "insufficient_memory");
+}
+
+}  // namespace
