@@ -3,6 +3,10 @@
 
 #include <algorithm>
 
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
+
 #include "core/log_internal.hpp"
 #include "manager/manager_state.hpp"
 #include "manager/memory_budget.hpp"
@@ -227,6 +231,11 @@ void ManagerState::finish_unload(ModelEntry& e, std::chrono::milliseconds grace)
         e.loaded.reset();
     }
     loaded.reset();  // the last reference: weights, contexts and threads go here, unlocked
+#ifdef __GLIBC__
+    // glibc keeps what the decode threads' arenas freed; hand it back, so that an unloaded
+    // model's memory leaves the process rather than waiting for a reuse that may never come.
+    malloc_trim(0);
+#endif
     std::lock_guard lock(mutex);
     e.status = ModelStatus::unloaded;
     e.progress = 0;
