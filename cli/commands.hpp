@@ -16,5 +16,6 @@ Runner add_tokenize(CLI::App& app);
 Runner add_embed(CLI::App& app);
 Runner add_devices(CLI::App& app);
 Runner add_cache_command(CLI::App& app);
+Runner add_ps(CLI::App& app);
 
 }  // namespace llamapp::cli

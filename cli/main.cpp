@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
         {"embed", add_embed(app)},
         {"devices", add_devices(app)},
         {"cache", add_cache_command(app)},
+        {"ps", add_ps(app)},
     };
     try {
         app.parse(normalize_args(argc, argv));

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "support/command.hpp"
 #include "support/http_helpers.hpp"
 #include "support/paths.hpp"
 #include "support/server_process.hpp"
@@ -109,6 +110,19 @@ TEST(ServerModels, OperatorsLoadAndUnloadModelsAndFollowALoad) {
         c.Post("/models/unload", json{{"model", "llama"}}.dump(), "application/json"), 409,
         "unloading an unloaded model");
     EXPECT_EQ(get_json(c, "/health")["models"][0]["status"], "unloaded");
+    // `llamapp ps` shows what is resident; --all the rest too.
+    const std::string ps = binary("llamapp").string() + " ps --port " +
+                           std::to_string(server.port()) + " --api-key k";
+    const CommandResult resident = run_command(ps + " 2>&1");
+    EXPECT_EQ(resident.status, 0) << resident.out;
+    EXPECT_NE(resident.out.find("stories"), std::string::npos) << resident.out;
+    EXPECT_EQ(resident.out.find("llama "), std::string::npos) << resident.out;
+    const CommandResult all = run_command(ps + " --all 2>&1");
+    EXPECT_NE(all.out.find("unloaded"), std::string::npos) << all.out;
+    const CommandResult refused = run_command(ps + "-wrong 2>&1");
+    EXPECT_EQ(refused.status, 1) << refused.out;
+    EXPECT_NE(refused.out.find("error: the server answered 401"), std::string::npos)
+        << refused.out;
 
     auto load = c.Post("/models/load", json{{"model", "llama"}, {"stream", true}}.dump(),
                        "application/json");
