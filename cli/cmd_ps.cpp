@@ -46,15 +46,15 @@ int ps(const PsFlags& f) {
     if (!f.api_key.empty()) client.set_bearer_token_auth(f.api_key);
     auto r = client.Get("/v1/models");
     if (!r)
-        return report(Error{ErrorCode::io_error, "no server answered",
-                            fmt::format("{}:{}", f.host, f.port)});
+        return report(
+            Error{ErrorCode::io_error, "no server answered", fmt::format("{}:{}", f.host, f.port)});
     const json body = json::parse(r->body, nullptr, false);
     if (r->status != 200 || !body.contains("data")) {
         const std::string why = body.is_object() && body.contains("error")
                                     ? body["error"].value("message", "")
                                     : r->body.substr(0, 200);
-        return report(Error{ErrorCode::io_error, fmt::format("the server answered {}", r->status),
-                            why});
+        return report(
+            Error{ErrorCode::io_error, fmt::format("the server answered {}", r->status), why});
     }
     if (f.json_out) {
         std::printf("%s\n", body["data"].dump(2).c_str());

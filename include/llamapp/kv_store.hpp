@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "llamapp/error.hpp"
@@ -125,6 +126,10 @@ class KvStore {
     std::size_t clear();
     std::size_t prune(std::chrono::seconds unused_for);  // entries unused for that long
     void flush();                                        // waits until queued writes are done
+    // Frees the RAM tier's copies of one model's entries (SHA-256 of its GGUF, as
+    // Model::fingerprint gives it); copies in directory tiers stay. How many were freed. A model
+    // manager calls it when it unloads the model, so an unloaded model holds no RAM.
+    std::size_t release_ram(std::string_view model_fingerprint);
 
     KvStoreStats stats() const;
     const SavePolicy& policy() const;

@@ -160,6 +160,19 @@ std::size_t KvStore::prune(std::chrono::seconds unused_for) {
     });
 }
 
+std::size_t KvStore::release_ram(std::string_view model_fingerprint) {
+    Impl& s = *impl_;
+    std::lock_guard lock(s.mutex);
+    std::vector<Handle> picked;
+    for (const auto& [h, e] : s.entries)
+        if (e.ram && e.header.key.model_fingerprint == model_fingerprint) picked.push_back(h);
+    for (Handle h : picked) {
+        s.drop_ram(s.entries.at(h));
+        s.forget_if_homeless(h);
+    }
+    return picked.size();
+}
+
 void KvStore::flush() {
     std::unique_lock lock(impl_->mutex);
     impl_->done.wait(lock, [&] { return impl_->idle(); });

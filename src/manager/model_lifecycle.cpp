@@ -223,8 +223,12 @@ void ManagerState::finish_unload(ModelEntry& e, std::chrono::milliseconds grace)
         std::lock_guard lock(mutex);
         loaded = e.loaded;
     }
-    // Refuses new work at once; what runs gets the grace period, then its streams are cancelled.
+    // Refuses new work at once; what runs gets the grace period, then its streams are cancelled
+    // (and the engine saves what its policy says).
     if (loaded && loaded->engine) loaded->engine->shutdown(grace);
+    std::string fingerprint;
+    if (loaded && options.kv_store)
+        if (auto f = loaded->model.fingerprint(); f) fingerprint = std::move(*f);
     {
         std::unique_lock lock(mutex);
         changed.wait(lock, [&] { return e.leases == 0; });
@@ -236,6 +240,10 @@ void ManagerState::finish_unload(ModelEntry& e, std::chrono::milliseconds grace)
     // model's memory leaves the process rather than waiting for a reuse that may never come.
     malloc_trim(0);
 #endif
+    if (!fingerprint.empty()) {
+        options.kv_store->flush();  // the shutdown's saves land first: then none is missed
+        options.kv_store->release_ram(fingerprint);
+    }
     std::lock_guard lock(mutex);
     e.status = ModelStatus::unloaded;
     e.progress = 0;

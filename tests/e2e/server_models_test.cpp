@@ -111,8 +111,8 @@ TEST(ServerModels, OperatorsLoadAndUnloadModelsAndFollowALoad) {
         "unloading an unloaded model");
     EXPECT_EQ(get_json(c, "/health")["models"][0]["status"], "unloaded");
     // `llamapp ps` shows what is resident; --all the rest too.
-    const std::string ps = binary("llamapp").string() + " ps --port " +
-                           std::to_string(server.port()) + " --api-key k";
+    const std::string ps =
+        binary("llamapp").string() + " ps --port " + std::to_string(server.port()) + " --api-key k";
     const CommandResult resident = run_command(ps + " 2>&1");
     EXPECT_EQ(resident.status, 0) << resident.out;
     EXPECT_NE(resident.out.find("stories"), std::string::npos) << resident.out;
@@ -121,8 +121,7 @@ TEST(ServerModels, OperatorsLoadAndUnloadModelsAndFollowALoad) {
     EXPECT_NE(all.out.find("unloaded"), std::string::npos) << all.out;
     const CommandResult refused = run_command(ps + "-wrong 2>&1");
     EXPECT_EQ(refused.status, 1) << refused.out;
-    EXPECT_NE(refused.out.find("error: the server answered 401"), std::string::npos)
-        << refused.out;
+    EXPECT_NE(refused.out.find("error: the server answered 401"), std::string::npos) << refused.out;
 
     auto load = c.Post("/models/load", json{{"model", "llama"}, {"stream", true}}.dump(),
                        "application/json");

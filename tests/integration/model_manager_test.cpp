@@ -167,6 +167,32 @@ TEST(ModelManager, UnloadCancelsWhatStillRunsAfterTheGracePeriod) {
     EXPECT_EQ(status_of(*m, "stories"), ModelStatus::unloaded);
 }
 
+TEST(ModelManager, UnloadFreesTheModelsShareOfTheKvStoresRamTier) {
+    KvStoreOptions so;
+    so.policy.min_tokens = 8;
+    auto store = KvStore::open(so);
+    ASSERT_TRUE(store);
+    ModelManagerOptions o;
+    o.kv_store = *store;
+    auto m = manager(o);
+    ASSERT_TRUE(m->add(spec("stories", shared_model("stories260K.gguf"))));
+    ASSERT_TRUE(m->add(spec("llama", generated_model("llama-tiny.gguf"))));
+    for (const char* id : {"stories", "llama"}) {
+        auto lease = m->acquire(id);
+        ASSERT_TRUE(lease);
+        greedy_text(*lease, "Once upon a time there was a little girl", 16);
+    }
+    auto ram_entries = [&] { return (*store)->stats().tiers.front().entries; };
+    ASSERT_TRUE(eventually([&] { return ram_entries() >= 2; })) << ram_entries();
+    const std::size_t both = ram_entries();
+    ASSERT_TRUE(m->unload("stories"));
+    const std::size_t left = ram_entries();
+    EXPECT_LT(left, both);
+    EXPECT_GT(left, 0u);  // the other model's entries stay
+    ASSERT_TRUE(m->unload("llama"));
+    EXPECT_EQ(ram_entries(), 0u);
+}
+
 TEST(ModelManager, AFileThatIsNotAModelIsListedAsFailedAndTheOthersServe) {
     TempDir dir;
     std::ofstream(dir / "broken.gguf") << "GGUF but not really";
