@@ -60,7 +60,8 @@ struct ModelListing {
     ModelCapabilities capabilities;
     std::optional<Footprint> footprint;  // estimated at the first load
     int n_ctx = 0;                       // tokens per sequence, once loaded
-    int slots = 0;
+    int slots = 0;                       // configured (the engine's once loaded)
+    std::size_t max_queued_requests = 0;
     int active_requests = 0;  // leases held
     std::chrono::milliseconds keep_alive{-1};
     double idle_seconds = 0;  // since the last lease ended (ready models)

@@ -90,6 +90,8 @@ ModelListing ManagerState::listing(const ModelEntry& e) const {
     l.footprint = e.footprint;
     l.active_requests = e.leases;
     l.keep_alive = keep_alive(e);
+    l.slots = static_cast<int>(e.spec.engine.context.n_seq_max);
+    l.max_queued_requests = e.spec.engine.max_queued_requests;
     if (e.loaded && e.loaded->engine) {
         l.n_ctx = e.loaded->engine->n_ctx();
         l.slots = e.loaded->engine->stats().slots;
@@ -206,6 +208,8 @@ Result<std::shared_ptr<LoadedModel>> ManagerState::build(ModelEntry& e) {
         } else {
             if (!e.spec.chat_template.empty()) return std::unexpected(t.error());
             loaded->chat_template_error = t.error().describe();
+            log(LogLevel::warning, "models: '{}' has no usable chat template, chat is off: {}",
+                e.spec.id, loaded->chat_template_error);
         }
     }
     if (loaded->capabilities.embed) {

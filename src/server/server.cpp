@@ -45,17 +45,14 @@ Result<std::unique_ptr<Server>> Server::create(ModelManager& models, ServerOptio
     // A connection waits for a thread before anything reads its request, where no queue bound,
     // deadline or disconnect check can see it: enough threads for every slot, the whole engine
     // queue (whose overflow then gets its 429) and headroom for health checks and metrics.
-    // Sized for the models known now; loaded models are asked so that their slots count.
+    // Counted over the models known now, loaded or not, up to a bound a process can start.
     std::size_t capacity = 0;
-    for (const ModelListing& m : models.list()) {
-        auto lease = models.acquire_if_ready(m.id);
-        if (!lease || !lease->capabilities().generate) continue;
-        const EngineStats st = lease->engine().stats();
-        capacity += static_cast<std::size_t>(st.slots) + st.max_queued_requests;
-    }
+    for (const ModelListing& m : models.list())
+        if (m.capabilities.generate)
+            capacity += static_cast<std::size_t>(m.slots) + m.max_queued_requests;
     const std::size_t threads = options.http_threads > 0
                                     ? static_cast<std::size_t>(options.http_threads)
-                                    : std::max<std::size_t>(capacity, 68) + 16;
+                                    : std::min<std::size_t>(capacity, 1024) + 16;
     // All started up front: httplib adds a thread only when none is idle at the moment a
     // connection is queued, so a burst can strand connections behind long requests.
     s.http.new_task_queue = [threads] { return new httplib::ThreadPool(threads, threads); };
