@@ -220,8 +220,14 @@ Result<std::unique_ptr<ModelManager>> start_models(const ServeFlags& flags,
                                     : flags.common.model_paths.size();
     for (std::size_t i = 0; i < specs->size(); ++i) {
         const std::string id = (*specs)[i].id;
-        if (auto ok = (*manager)->add(std::move((*specs)[i])); !ok)
-            return std::unexpected(ok.error());
+        if (auto ok = (*manager)->add(std::move((*specs)[i])); !ok) {
+            // A directory model named like a -m model (often the same file) yields to it.
+            if (i < preload || ok.error().code != ErrorCode::already_exists)
+                return std::unexpected(ok.error());
+            std::fprintf(stderr, "llamapp: warning: %s; the models-dir copy is skipped\n",
+                         ok.error().describe().c_str());
+            continue;
+        }
         if (i >= preload) continue;
         auto lease = (*manager)->acquire(id);
         if (!lease) {

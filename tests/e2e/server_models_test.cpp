@@ -34,6 +34,8 @@ TEST(ServerModels, RequestsAreRoutedByModelAndADirectoryIsServedOnDemand) {
     std::filesystem::create_symlink(generated_model("llama-tiny.gguf"), dir / "llama-tiny.gguf");
     std::ofstream(dir / "broken.gguf") << "not a model";
     std::ofstream(dir / "notes.txt") << "ignored: not a GGUF";
+    // Named like a -m model: the -m one is served, the copy skipped.
+    std::filesystem::create_symlink(generated_model("llama-tiny.gguf"), dir / "stories.gguf");
     ServerProcess server({"-m", generated_model("qwen3-tiny.gguf").string(), "-m",
                           "stories=" + shared_model("stories260K.gguf").string(), "--models-dir",
                           dir.path().string(), "-c", "512", "-t", "2", "--parallel", "2"});
