@@ -90,10 +90,10 @@ struct LoadedModel;
 struct ManagerState;
 }  // namespace detail
 
-// Keeps a ready model in memory while held: idle unloading waits for the last lease, and an
-// explicit unload lets its requests run for the grace period. Move-only; any thread.
 class ModelManager;
 
+// Keeps a ready model in memory while held: idle unloading waits for the last lease, and an
+// explicit unload lets its requests run for the grace period. Move-only; any thread.
 class ModelLease {
   public:
     ModelLease(ModelLease&&) noexcept;
@@ -126,7 +126,8 @@ class ModelManager {
   public:
     [[nodiscard]] static Result<std::unique_ptr<ModelManager>> create(
         ModelManagerOptions options = {});
-    // Unloads every model (no grace) and joins the manager's threads.
+    // Unloads every model (no grace), waiting for their leases, and joins the manager's threads:
+    // release every lease first, on other threads too.
     ~ModelManager();
 
     // Makes a model known (not loaded). A file whose header is not a loadable GGUF is still
