@@ -178,14 +178,21 @@ Result<ModelManagerOptions> manager_options(const ServeFlags& flags,
 Result<std::vector<ModelSpec>> model_specs(const ServeFlags& flags, const ModelSpec& defaults) {
     std::vector<ModelSpec> specs;
     std::vector<std::string> given = flags.common.model_paths;
+    given.insert(given.end(), flags.common.hf_refs.begin(), flags.common.hf_refs.end());
     if (given.empty() && flags.models_dir.empty()) given.push_back(demo_model(true).string());
     for (const std::string& arg : given) {
         ModelSpec s = defaults;
         const std::size_t eq = arg.find('=');
-        s.path = eq == std::string::npos ? arg : arg.substr(eq + 1);
-        s.id = eq == std::string::npos ? s.path.stem().string() : arg.substr(0, eq);
+        const std::string what = eq == std::string::npos ? arg : arg.substr(eq + 1);
+        auto path = resolve_model(what, flags.common.offline);
+        if (!path) return std::unexpected(path.error());
+        s.path = *path;
+        // A hub model is named by its reference, as llama-server names a -hf model.
+        s.source = s.path == std::filesystem::path(what) ? "path" : "hub";
+        s.id = eq != std::string::npos ? arg.substr(0, eq)
+               : s.source == "hub"     ? what
+                                       : s.path.stem().string();
         if (specs.empty() && !flags.alias.empty()) s.id = flags.alias;
-        s.source = "path";
         if (!flags.chat_template_file.empty()) {
             auto text = read_text_file(flags.chat_template_file, "--chat-template-file");
             if (!text) return std::unexpected(text.error());
@@ -215,9 +222,8 @@ Result<std::unique_ptr<ModelManager>> start_models(const ServeFlags& flags,
     if (!specs) return std::unexpected(specs.error());
     auto manager = ModelManager::create(std::move(*mo));
     if (!manager) return std::unexpected(manager.error());
-    const std::size_t preload = flags.common.model_paths.empty() && flags.models_dir.empty()
-                                    ? 1
-                                    : flags.common.model_paths.size();
+    const std::size_t given = flags.common.model_paths.size() + flags.common.hf_refs.size();
+    const std::size_t preload = given == 0 && flags.models_dir.empty() ? 1 : given;
     for (std::size_t i = 0; i < specs->size(); ++i) {
         const std::string id = (*specs)[i].id;
         if (auto ok = (*manager)->add(std::move((*specs)[i])); !ok) {

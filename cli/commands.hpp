@@ -17,5 +17,7 @@ Runner add_embed(CLI::App& app);
 Runner add_devices(CLI::App& app);
 Runner add_cache_command(CLI::App& app);
 Runner add_ps(CLI::App& app);
+// pull, ls, rm and search share one runner.
+Runner add_hub_commands(CLI::App& app);
 
 }  // namespace llamapp::cli

@@ -13,6 +13,7 @@ int main(int argc, char** argv) {
     app.require_subcommand(1);
     app.set_version_flag("--version",
                          [] { return "llamapp 0.1.0 on " + llamapp::llama_build_info(); });
+    const Runner hub = add_hub_commands(app);
     const std::map<std::string, Runner> runners = {
         {"run", add_run(app)},
         {"serve", add_serve(app)},
@@ -22,6 +23,10 @@ int main(int argc, char** argv) {
         {"devices", add_devices(app)},
         {"cache", add_cache_command(app)},
         {"ps", add_ps(app)},
+        {"pull", hub},
+        {"ls", hub},
+        {"rm", hub},
+        {"search", hub},
     };
     try {
         app.parse(normalize_args(argc, argv));

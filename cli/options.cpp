@@ -20,6 +20,12 @@ void add_common(CLI::App& app, CommonFlags& flags, bool several_models) {
     else
         app.add_option("-m,--model", flags.model_path,
                        "GGUF model file (default: the demo model the build makes)");
+    app.add_option("--hf-repo", flags.hf_refs,
+                   std::string("a model on the Hugging Face hub, owner/repo[:QUANT|:file.gguf] "
+                               "(-hf; pulled into the hub cache first") +
+                       (several_models ? "; repeatable)" : ")"));
+    app.add_flag("--offline", flags.offline,
+                 "never ask the hub: references resolve from its cache (or HF_HUB_OFFLINE=1)");
     app.add_option("--log-level", flags.log_level, "debug, info, warning, error or none")
         ->check(CLI::IsMember({"debug", "info", "warning", "error", "none"}));
     app.add_option("--n-gpu-layers,--gpu-layers", flags.n_gpu_layers,
@@ -68,7 +74,7 @@ std::vector<std::string> normalize_args(int argc, char** argv) {
     static const std::map<std::string, std::string> aliases = {
         {"-ngl", "--n-gpu-layers"}, {"-ctk", "--cache-type-k"}, {"-ctv", "--cache-type-v"},
         {"-fa", "--flash-attn"},    {"-ub", "--ubatch-size"},   {"-tb", "--threads-batch"},
-        {"-np", "--parallel"},
+        {"-np", "--parallel"},      {"-hf", "--hf-repo"},
     };
     std::vector<std::string> args;
     for (int i = 1; i < argc; ++i) {
@@ -125,7 +131,20 @@ ModelOptions model_options(const CommonFlags& flags) {
 
 Result<Model> load_model(const CommonFlags& flags, bool vocab_only) {
     apply_log_level(flags);
-    const fs::path path = flags.model_path.empty() ? demo_model(true) : fs::path(flags.model_path);
+    std::string given = flags.model_path;
+    if (!flags.hf_refs.empty()) {
+        if (!given.empty() || flags.hf_refs.size() > 1)
+            return fail(ErrorCode::invalid_argument, "one model: -m or -hf, once", "-hf");
+        given = flags.hf_refs.front();
+    }
+    fs::path path;
+    if (given.empty()) {
+        path = demo_model(true);
+    } else {
+        auto resolved = resolve_model(given, flags.offline);
+        if (!resolved) return std::unexpected(resolved.error());
+        path = *resolved;
+    }
     ModelOptions options = model_options(flags);
     options.vocab_only = vocab_only;
     if (isatty(STDOUT_FILENO) && isatty(STDERR_FILENO)) {

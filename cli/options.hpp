@@ -13,6 +13,8 @@ namespace llamapp::cli {
 struct CommonFlags {
     std::string model_path;
     std::vector<std::string> model_paths;  // serve: -m may be given several times
+    std::vector<std::string> hf_refs;      // -hf: hub references, pulled before loading
+    bool offline = false;                  // hub references resolve from the cache only
     // llama.cpp's own lines stay quiet by default: failures are reported as one error line.
     std::string log_level = "none";
     int n_gpu_layers = -1;
@@ -83,6 +85,10 @@ Result<Model> load_model(const CommonFlags& flags, bool vocab_only = false);
 Result<ContextOptions> context_options(const ContextFlags& flags);
 Result<SamplingParams> sampling_params(const SamplingFlags& flags);
 Result<std::shared_ptr<KvStore>> open_kv_store(const CacheFlags& flags);
+
+// A model argument as a file: an existing path as it is, a hub reference pulled into the hub
+// cache (with progress on stderr) and its path returned. Defined in cmd_hub.cpp.
+Result<std::filesystem::path> resolve_model(const std::string& text, bool offline);
 
 // Reads a whole file; errors name the option that pointed at it.
 Result<std::string> read_text_file(const std::string& path, const char* option);

@@ -1,7 +1,7 @@
 # `cmake --install`: the public headers, the libraries, a CMake package (llamapp::llamapp,
 # llamapp::server) and pkg-config files. The static libllamapp.a carries the llama.cpp libraries
 # it was built with (merged at install time), so a consumer links one archive and Debian's
-# fmt, spdlog, libcrypto and xxhash; nothing of the llama.cpp tree is needed.
+# fmt, spdlog, libssl/libcrypto and xxhash; nothing of the llama.cpp tree is needed.
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
@@ -38,7 +38,7 @@ if(LLAMAPP_SHARED)
     VERSION ${PROJECT_VERSION} SOVERSION ${PROJECT_VERSION_MAJOR}
     LIBRARY_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR}/lib)
   target_link_libraries(llamapp-shared PRIVATE "$<LINK_LIBRARY:WHOLE_ARCHIVE,llamapp>"
-    llama-common llama ggml fmt::fmt spdlog::spdlog OpenSSL::Crypto ${XXHASH_LIBRARY} Threads::Threads)
+    llama-common llama ggml fmt::fmt spdlog::spdlog OpenSSL::SSL OpenSSL::Crypto ${XXHASH_LIBRARY} Threads::Threads)
   target_link_options(llamapp-shared PRIVATE
     "-Wl,--version-script=${PROJECT_SOURCE_DIR}/cmake/llamapp.map")
   install(TARGETS llamapp-shared LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})

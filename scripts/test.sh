@@ -20,7 +20,8 @@ done
 if [ -n "$sanitize" ]; then
   export LLAMAPP_BUILD_DIR=${LLAMAPP_BUILD_DIR:-$root/build-${sanitize:0:1}san}
   export LLAMAPP_BUILD_TYPE=RelWithDebInfo
-  export LLAMAPP_CMAKE_ARGS="-DLLAMAPP_SANITIZE=$sanitize ${LLAMAPP_CMAKE_ARGS:-}"
+  # The benchmark programs are timed in the normal build only.
+  export LLAMAPP_CMAKE_ARGS="-DLLAMAPP_SANITIZE=$sanitize -DLLAMAPP_BUILD_BENCH=OFF ${LLAMAPP_CMAKE_ARGS:-}"
   export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
   export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1:suppressions=$root/tests/tsan.supp}
 fi
@@ -33,6 +34,19 @@ if ! cmp -s "$sdk/package-lock.json" "$sdk/node_modules/.installed-from-lock" 2>
 fi
 build=${LLAMAPP_BUILD_DIR:-$root/build}
 cd "$build"
+# ThreadSanitizer runs the concurrency tests listed in tests/tsan-tests.txt, unless told which.
+if [ "$sanitize" = thread ] && [ ${#ctest_args[@]} -eq 0 ]; then
+  patterns=()
+  while IFS= read -r line; do
+    [[ -z "$line" || "$line" == \#* ]] && continue
+    if ! ctest -N -R "$line" | grep -q "Test *#"; then
+      echo "tests/tsan-tests.txt: '$line' matches no test" >&2
+      exit 1
+    fi
+    patterns+=("$line")
+  done <"$root/tests/tsan-tests.txt"
+  ctest_args=(-R "$(IFS='|'; echo "${patterns[*]}")")
+fi
 # One test at a time: every test decodes with all cores, and ggml's thread pool spins at its
 # barriers, so two tests side by side on a small machine slow each other down about tenfold.
 ctest --output-on-failure -j 1 --timeout 900 "${ctest_args[@]}"

@@ -34,6 +34,10 @@ enum class ErrorCode {
     shutting_down,          // the engine is stopping and accepts no more work
     insufficient_memory,    // a model would not fit the memory budget of a device
     model_unavailable,      // the model failed to load, or is being unloaded for good
+    unauthorized,           // a remote service (the model hub) refused the credentials
+    rate_limited,           // a remote service asked to retry later (context: seconds to wait)
+    network_error,          // a remote service could not be reached or broke off
+    checksum_mismatch,      // downloaded bytes differ from the digest the source published
 };
 
 // Stable snake_case name of a code, e.g. "file_not_found".

@@ -14,6 +14,7 @@
 #include "llamapp/footprint.hpp"
 #include "llamapp/generation.hpp"
 #include "llamapp/grammar.hpp"
+#include "llamapp/hub.hpp"
 #include "llamapp/kv_store.hpp"
 #include "llamapp/log.hpp"
 #include "llamapp/metrics.hpp"

@@ -52,6 +52,14 @@ std::string_view to_string(ErrorCode code) {
             return "insufficient_memory";
         case ErrorCode::model_unavailable:
             return "model_unavailable";
+        case ErrorCode::unauthorized:
+            return "unauthorized";
+        case ErrorCode::rate_limited:
+            return "rate_limited";
+        case ErrorCode::network_error:
+            return "network_error";
+        case ErrorCode::checksum_mismatch:
+            return "checksum_mismatch";
     }
     return "unknown";
 }

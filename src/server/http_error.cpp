@@ -56,6 +56,17 @@ HttpError http_error(const Error& error, std::string param, std::string code) {
             h.status = 503;
             h.type = "server_error";
             break;
+        // The hub's answers: a fault upstream, never the client's own credentials.
+        case ErrorCode::unauthorized:
+        case ErrorCode::network_error:
+        case ErrorCode::checksum_mismatch:
+            h.status = 502;
+            h.type = "server_error";
+            break;
+        case ErrorCode::rate_limited:
+            h.status = 503;
+            h.type = "server_error";
+            break;
         case ErrorCode::timeout:
             h.status = 504;
             h.type = "timeout_error";

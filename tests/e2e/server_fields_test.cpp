@@ -19,9 +19,11 @@ using namespace llamapp::test;
 class ServerFields : public ::testing::Test {
   protected:
     static void SetUpTestSuite() {
-        server_ = new ServerProcess({"-m", generated_model("qwen3-tiny.gguf").string(), "-c",
-                                     "2048", "-t", "2", "--parallel", "2"});
+        server_ = start_suite_server({"-m", generated_model("qwen3-tiny.gguf").string(), "-c",
+                                      "2048", "-t", "2", "--parallel", "2"},
+                                     start_error_);
     }
+    void SetUp() override { ASSERT_NE(server_, nullptr) << start_error_; }
     static void TearDownTestSuite() {
         delete server_;
         server_ = nullptr;
@@ -39,8 +41,10 @@ class ServerFields : public ::testing::Test {
         return json::parse(r->body, nullptr, false);
     }
     static ServerProcess* server_;
+    static std::string start_error_;
 };
 ServerProcess* ServerFields::server_ = nullptr;
+std::string ServerFields::start_error_;
 
 TEST_F(ServerFields, ReasoningIsSplitOutWholeAndStreamed) {
     // A grammar makes even a random model write a thinking block, then an answer.

@@ -47,17 +47,21 @@ json forced_call_body() {
 class Server : public ::testing::Test {
   protected:
     static void SetUpTestSuite() {
-        server_ = new ServerProcess({"-m", qwen, "-c", "2048", "-t", "2", "--parallel", "2",
-                                     "--max-body-bytes", "65536", "--max-prompt-tokens", "256",
-                                     "--max-stop", "4", "--embeddings"});
+        server_ = start_suite_server(
+            {"-m", qwen, "-c", "2048", "-t", "2", "--parallel", "2", "--max-body-bytes", "65536",
+             "--max-prompt-tokens", "256", "--max-stop", "4", "--embeddings"},
+            start_error_);
     }
+    void SetUp() override { ASSERT_NE(server_, nullptr) << start_error_; }
     static void TearDownTestSuite() {
         delete server_;
         server_ = nullptr;
     }
     static ServerProcess* server_;
+    static std::string start_error_;
 };
 ServerProcess* Server::server_ = nullptr;
+std::string Server::start_error_;
 
 TEST_F(Server, HealthModelsAndMetrics) {
     auto c = server_->client();

@@ -39,7 +39,7 @@ class ServerProcess {
         ::close(err[1]);
         err_ = err[0];
         // The listening line names the port (or the unix socket).
-        const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+        const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(180);
         bool listening = false;
         while (!listening && std::chrono::steady_clock::now() < until) {
             if (!read_some(200)) {
@@ -114,5 +114,17 @@ class ServerProcess {
     bool reaped_ = false;
     std::string log_;
 };
+
+// A server for a whole test suite, started in SetUpTestSuite. gtest reports the tests of a
+// suite whose SetUpTestSuite threw as skipped, not failed, so the error is kept instead and
+// each test's SetUp fails with it.
+inline ServerProcess* start_suite_server(std::vector<std::string> args, std::string& error) {
+    try {
+        return new ServerProcess(std::move(args));
+    } catch (const std::exception& e) {
+        error = e.what();
+        return nullptr;
+    }
+}
 
 }  // namespace llamapp::test

@@ -18,7 +18,9 @@ TEST(Error, CodesHaveStableNames) {
     EXPECT_EQ(to_string(ErrorCode::insufficient_memory), "insufficient_memory");
     EXPECT_EQ(to_string(ErrorCode::model_unavailable), "model_unavailable");
     EXPECT_EQ(static_cast<int>(ErrorCode::invalid_argument), 1);
+    EXPECT_EQ(to_string(ErrorCode::checksum_mismatch), "checksum_mismatch");
     EXPECT_EQ(static_cast<int>(ErrorCode::shutting_down), 22);
+    EXPECT_EQ(static_cast<int>(ErrorCode::checksum_mismatch), 28);
 }
 
 TEST(Error, FailBuildsUnexpected) {

@@ -1,0 +1,182 @@
+// The hub commands: `pull`, `ls`, `rm` and `search`, and the resolution of a model argument
+// that is a hub reference (run, info, embed, tokenize and serve take one where they take a file).
+#include <fmt/core.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <ctime>
+#include <map>
+#include <memory>
+#include <mutex>
+
+#include "commands.hpp"
+#include "llamapp/hub.hpp"
+#include "options.hpp"
+
+namespace llamapp::cli {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// Progress on stderr: a redrawn line on a terminal, otherwise one line per file at each 10%.
+class ProgressPrinter {
+  public:
+    void operator()(const HubProgress& p) {
+        std::lock_guard lock(mutex_);
+        if (p.cached) {
+            if (p.done) std::fprintf(stderr, "%s: already in the cache\n", p.file.c_str());
+            return;
+        }
+        const int percent = p.total ? static_cast<int>(p.downloaded * 100 / p.total) : 0;
+        if (tty_) {
+            std::fprintf(stderr, "\r%s %3d%% %s / %s   ", p.file.c_str(), percent,
+                         human_bytes(p.downloaded).c_str(), human_bytes(p.total).c_str());
+            if (p.done) std::fprintf(stderr, "\n");
+        } else {
+            int& last = decile_.try_emplace(p.file, -1).first->second;
+            const int decile = percent / 10;
+            if (decile > last) {
+                std::fprintf(stderr, "%s: %d%% of %s\n", p.file.c_str(), decile * 10,
+                             human_bytes(p.total).c_str());
+                last = decile;
+            }
+        }
+        std::fflush(stderr);
+    }
+
+  private:
+    std::mutex mutex_;
+    const bool tty_ = isatty(STDERR_FILENO);
+    std::map<std::string, int> decile_;  // the last tenth printed per file
+};
+
+HubOptions hub_options(bool offline, bool progress) {
+    HubOptions o = hub_options_from_environment();
+    if (offline) o.offline = true;
+    if (progress) {
+        auto printer = std::make_shared<ProgressPrinter>();
+        o.on_progress = [printer](const HubProgress& p) { (*printer)(p); };
+    }
+    return o;
+}
+
+Result<HubRef> repo_ref(const std::string& text) {
+    auto ref = parse_model_ref(text);
+    if (!ref) return std::unexpected(ref.error());
+    if (ref->kind != ModelRefKind::hub)
+        return fail(ErrorCode::invalid_argument, "a hub reference is owner/name[:file-or-quant]",
+                    text);
+    return ref->hub;
+}
+
+struct HubFlags {
+    std::string ref;
+    bool offline = false;
+    bool json_out = false;
+    int limit = 20;
+};
+
+int pull(const HubFlags& f) {
+    auto ref = repo_ref(f.ref);
+    if (!ref) return report(ref.error());
+    auto pulled = hub_pull(*ref, hub_options(f.offline, true));
+    if (!pulled) return report(pulled.error());
+    std::printf("%s\n", pulled->path.c_str());
+    std::fprintf(stderr, "%s: %s in %zu file(s), %s downloaded\n", ref->to_string().c_str(),
+                 human_bytes(pulled->bytes).c_str(), pulled->files.size(),
+                 human_bytes(pulled->bytes_downloaded).c_str());
+    return 0;
+}
+
+int list_cached() {
+    const auto models = hub_cached_models();
+    std::printf("%-60s %10s  %s\n", "NAME", "SIZE", "MODIFIED");
+    for (const CachedModel& m : models) {
+        const auto t = std::chrono::file_clock::to_sys(m.modified);
+        const std::time_t tt = std::chrono::system_clock::to_time_t(t);
+        char when[32];
+        std::strftime(when, sizeof when, "%Y-%m-%d %H:%M", std::localtime(&tt));
+        std::printf("%-60s %10s  %s\n", m.ref.to_string().c_str(), human_bytes(m.bytes).c_str(),
+                    when);
+    }
+    if (models.empty()) std::printf("(the cache %s holds no model)\n", hub_cache_dir().c_str());
+    return 0;
+}
+
+int remove(const HubFlags& f) {
+    auto ref = repo_ref(f.ref);
+    if (!ref) return report(ref.error());
+    auto n = hub_remove(*ref);
+    if (!n) return report(n.error());
+    std::printf("removed %d file(s) of %s\n", *n, ref->to_string().c_str());
+    return 0;
+}
+
+int search(const HubFlags& f) {
+    auto hits = hub_search(f.ref, f.limit, hub_options(f.offline, false));
+    if (!hits) return report(hits.error());
+    std::printf("%-60s %12s %8s\n", "REPOSITORY", "DOWNLOADS", "LIKES");
+    for (const HubSearchHit& h : *hits)
+        std::printf("%-60s %12llu %8llu\n", h.repo.c_str(),
+                    static_cast<unsigned long long>(h.downloads),
+                    static_cast<unsigned long long>(h.likes));
+    if (hits->empty()) std::printf("(no GGUF repository matches)\n");
+    return 0;
+}
+
+int list_remote(const HubFlags& f) {
+    auto ref = repo_ref(f.ref);
+    if (!ref) return report(ref.error());
+    auto listing = hub_list_files(ref->repo, hub_options(f.offline, false));
+    if (!listing) return report(listing.error());
+    std::printf("%-60s %10s %8s %6s\n", "FILE", "SIZE", "QUANT", "PARTS");
+    for (const HubFile& m : listing->models) {
+        std::uint64_t bytes = 0;
+        for (const HubFile& p : listing->files)
+            if (m.split_count > 1 && p.split_count == m.split_count &&
+                p.path.substr(0, p.path.size() - 20) == m.path.substr(0, m.path.size() - 20))
+                bytes += p.size;
+        std::printf("%-60s %10s %8s %6d\n", m.path.c_str(),
+                    human_bytes(m.split_count > 1 ? bytes : m.size).c_str(),
+                    m.quant.empty() ? "-" : m.quant.c_str(), m.split_count);
+    }
+    return 0;
+}
+
+}  // namespace
+
+Result<fs::path> resolve_model(const std::string& text, bool offline) {
+    std::error_code ec;
+    if (fs::exists(text, ec)) return fs::path(text);
+    auto ref = parse_model_ref(text);
+    if (!ref || ref->kind != ModelRefKind::hub) return fs::path(text);
+    auto pulled = hub_pull(ref->hub, hub_options(offline, true));
+    if (!pulled) return std::unexpected(pulled.error());
+    return pulled->path;
+}
+
+Runner add_hub_commands(CLI::App& app) {
+    auto flags = std::make_shared<HubFlags>();
+    CLI::App* p = app.add_subcommand("pull", "download a model from the Hugging Face hub");
+    p->add_option("ref", flags->ref, "owner/repo, owner/repo:QUANT or owner/repo:file.gguf")
+        ->required();
+    p->add_flag("--offline", flags->offline, "only resolve from the cache");
+    CLI::App* l = app.add_subcommand("ls", "the models in the hub cache, or a repository's files");
+    l->add_option("repo", flags->ref, "owner/repo: list its GGUF files on the hub instead");
+    CLI::App* r = app.add_subcommand("rm", "remove a model (or a whole repository) from the cache");
+    r->add_option("ref", flags->ref, "owner/repo, owner/repo:QUANT or owner/repo:file.gguf")
+        ->required();
+    CLI::App* s = app.add_subcommand("search", "GGUF repositories on the hub matching a query");
+    s->add_option("query", flags->ref, "words of the repository's name")->required();
+    s->add_option("--limit", flags->limit, "at most this many")->capture_default_str();
+    return [flags, p, l, r, s]() -> int {
+        if (p->parsed()) return pull(*flags);
+        if (l->parsed()) return flags->ref.empty() ? list_cached() : list_remote(*flags);
+        if (r->parsed()) return remove(*flags);
+        if (s->parsed()) return search(*flags);
+        return 1;
+    };
+}
+
+}  // namespace llamapp::cli

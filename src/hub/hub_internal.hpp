@@ -1,0 +1,41 @@
+// The hub module's shared pieces: its JSON API calls with typed errors, and file-name rules.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+#include <string_view>
+
+#include "llamapp/hub.hpp"
+
+namespace llamapp::detail {
+
+// GET <endpoint><path> as JSON. 401/403 → unauthorized, 404 → not_found, 429 → rate_limited
+// (waits out a Retry-After of up to 10 s twice first), other failures → network_error.
+[[nodiscard]] Result<nlohmann::json> hub_get_json(const std::string& path,
+                                                  const HubOptions& options);
+
+// The endpoint with a trailing '/', as llama.cpp's downloads compute it.
+std::string hub_endpoint();
+
+// "Q4_K_M" from ".../Model-Q4_K_M.gguf" or "model.q8_0-00001-of-00003.gguf", else "".
+std::string quant_of(std::string_view path);
+
+struct SplitName {
+    std::string prefix;  // the path without "-00001-of-00003.gguf"
+    int part = 1;
+    int count = 1;
+};
+SplitName split_of(std::string_view path);
+
+// A GGUF a reference can choose: not a projector, imatrix or draft sidecar; part 1 of a split.
+bool is_model_file(std::string_view path);
+
+// Every part of the model whose part 1 is `first`, in order; fails when a part is missing.
+[[nodiscard]] Result<std::vector<HubFile>> parts_of(const HubFile& first,
+                                                    const HubRepoFiles& listing);
+
+// Fills `models` and each file's quant and split count from `files`.
+void classify_files(HubRepoFiles& listing);
+
+}  // namespace llamapp::detail

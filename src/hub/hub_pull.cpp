@@ -1,0 +1,265 @@
+// Pulling from the hub into its cache, with llama.cpp's downloader (resume, retries, the cache
+// layout) and a digest check of our own before a file enters the cache; the cache's listing and
+// removal.
+#include <download.h>
+#include <fmt/core.h>
+#include <hf-cache.h>
+#include <openssl/evp.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+
+#include "hub/hub_internal.hpp"
+#include "llamapp/fingerprint.hpp"
+
+namespace llamapp {
+namespace {
+
+namespace fs = std::filesystem;
+
+bool env_true(const char* name) {
+    const char* v = std::getenv(name);
+    if (!v) return false;
+    const std::string s(v);
+    return s == "1" || s == "true" || s == "TRUE" || s == "yes" || s == "on" || s == "ON";
+}
+
+// llama.cpp's progress callback, reporting per file in our terms.
+class ProgressRelay final : public common_download_callback {
+  public:
+    ProgressRelay(const HubOptions& options, std::map<std::string, std::string> path_of_url)
+        : options_(options), path_of_url_(std::move(path_of_url)) {}
+    void on_start(const common_download_progress& p) override { report(p, false); }
+    void on_update(const common_download_progress& p) override { report(p, false); }
+    void on_done(const common_download_progress& p, bool) override { report(p, true); }
+    bool is_cancelled() const override { return options_.cancelled && options_.cancelled(); }
+
+  private:
+    void report(const common_download_progress& p, bool done) {
+        if (!options_.on_progress) return;
+        auto it = path_of_url_.find(p.url);
+        options_.on_progress(HubProgress{it == path_of_url_.end() ? p.url : it->second,
+                                         p.downloaded, p.total, p.cached, done});
+    }
+    const HubOptions& options_;
+    const std::map<std::string, std::string> path_of_url_;
+};
+
+// The git blob id of a file: SHA-1 over "blob <size>\0" and the bytes.
+Result<std::string> git_blob_id(const fs::path& path) {
+    std::error_code ec;
+    const auto size = fs::file_size(path, ec);
+    std::ifstream in(path, std::ios::binary);
+    if (ec || !in) return fail(ErrorCode::io_error, "cannot read the download", path.string());
+    std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> d(EVP_MD_CTX_new(), EVP_MD_CTX_free);
+    EVP_DigestInit_ex(d.get(), EVP_sha1(), nullptr);
+    const std::string header = fmt::format("blob {}", size);
+    EVP_DigestUpdate(d.get(), header.c_str(), header.size() + 1);
+    std::vector<char> buffer(1 << 20);
+    while (in) {
+        in.read(buffer.data(), static_cast<std::streamsize>(buffer.size()));
+        EVP_DigestUpdate(d.get(), buffer.data(), static_cast<size_t>(in.gcount()));
+    }
+    unsigned char out[EVP_MAX_MD_SIZE];
+    unsigned n = 0;
+    EVP_DigestFinal_ex(d.get(), out, &n);
+    std::string hex;
+    for (unsigned i = 0; i < n; ++i) hex += fmt::format("{:02x}", out[i]);
+    return hex;
+}
+
+// Fails closed: no digest, another size or other bytes delete the download.
+Result<void> verify(const HubFile& expected, const fs::path& blob) {
+    std::error_code ec;
+    const auto size = fs::file_size(blob, ec);
+    Result<std::string> digest = fail(ErrorCode::checksum_mismatch, "");
+    if (expected.digest.size() == 64)
+        digest = file_sha256(blob);
+    else if (expected.digest.size() == 40)
+        digest = git_blob_id(blob);
+    std::string why;
+    if (ec)
+        why = "the download is missing";
+    else if (expected.size && size != expected.size)
+        why = fmt::format("{} bytes arrived where the hub lists {}", size, expected.size);
+    else if (expected.digest.empty())
+        why = "the hub lists no digest for it";
+    else if (!digest)
+        why = digest.error().describe();
+    else if (*digest != expected.digest)
+        why = fmt::format("its digest is {} where the hub lists {}", *digest, expected.digest);
+    if (why.empty()) return {};
+    fs::remove(blob, ec);
+    return fail(ErrorCode::checksum_mismatch, fmt::format("{}; the file was deleted", why),
+                expected.path);
+}
+
+// What the cache holds per repository: its files as a listing, and where each one is.
+struct CachedRepo {
+    HubRepoFiles listing;
+    std::map<std::string, fs::path> location;
+};
+
+std::map<std::string, CachedRepo> cached_repos(const std::string& repo = {}) {
+    std::map<std::string, CachedRepo> repos;
+    for (const hf_cache::hf_file& f : hf_cache::get_cached_files(repo)) {
+        std::error_code ec;
+        CachedRepo& r =
+            repos.try_emplace(f.repo_id, CachedRepo{HubRepoFiles{f.repo_id}, {}}).first->second;
+        r.listing.files.push_back(HubFile{f.path, fs::file_size(f.final_path, ec)});
+        r.location[f.path] = f.final_path;
+    }
+    for (auto& [name, r] : repos) detail::classify_files(r.listing);
+    return repos;
+}
+
+// A ref resolved from the cache alone.
+Result<PulledModel> pull_from_cache(const HubRef& ref) {
+    auto repos = cached_repos(ref.repo);
+    if (repos.empty())
+        return fail(ErrorCode::not_found, "the repository is not in the cache", ref.to_string());
+    const CachedRepo& r = repos.begin()->second;
+    auto chosen = hub_choose_file(ref, r.listing);
+    if (!chosen) return std::unexpected(chosen.error());
+    auto parts = detail::parts_of(*chosen, r.listing);
+    if (!parts) return std::unexpected(parts.error());
+    PulledModel pulled{ref};
+    for (const HubFile& p : *parts) {
+        pulled.files.push_back(r.location.at(p.path));
+        pulled.bytes += p.size;
+    }
+    pulled.path = pulled.files.front();
+    return pulled;
+}
+
+// The download tasks for `parts`, from llama.cpp's view of the same revision (its cache paths).
+Result<std::vector<hf_cache::hf_file>> cache_entries(const HubRepoFiles& listing,
+                                                     const std::vector<HubFile>& parts,
+                                                     const HubOptions& options) {
+    hf_cache::hf_files all;
+    try {
+        all = hf_cache::get_repo_files(listing.repo, options.token);
+    } catch (const std::exception& e) {
+        return fail(ErrorCode::network_error, e.what(), listing.repo);
+    }
+    std::vector<hf_cache::hf_file> out;
+    for (const HubFile& p : parts) {
+        auto it = std::find_if(all.begin(), all.end(),
+                               [&](const hf_cache::hf_file& f) { return f.path == p.path; });
+        if (it == all.end())
+            return fail(ErrorCode::network_error, "the hub's listing changed during the pull",
+                        p.path);
+        out.push_back(*it);
+    }
+    return out;
+}
+
+}  // namespace
+
+fs::path hub_cache_dir() {
+    return hf_cache::get_cache_path();
+}
+
+HubOptions hub_options_from_environment() {
+    HubOptions o;
+    if (const char* t = std::getenv("HF_TOKEN")) o.token = t;
+    o.offline = env_true("HF_HUB_OFFLINE") || env_true("LLAMA_OFFLINE");
+    return o;
+}
+
+Result<PulledModel> hub_pull(const HubRef& ref, const HubOptions& options) {
+    if (options.offline) return pull_from_cache(ref);
+    auto listing = hub_list_files(ref.repo, options);
+    if (!listing) return std::unexpected(listing.error());
+    auto chosen = hub_choose_file(ref, *listing);
+    if (!chosen) return std::unexpected(chosen.error());
+    auto parts = detail::parts_of(*chosen, *listing);
+    if (!parts) return std::unexpected(parts.error());
+    auto entries = cache_entries(*listing, *parts, options);
+    if (!entries) return std::unexpected(entries.error());
+
+    common_download_opts dl;
+    dl.bearer_token = options.token;
+    std::map<std::string, std::string> path_of_url;
+    for (const auto& e : *entries) path_of_url[e.url] = e.path;
+    ProgressRelay relay(options, path_of_url);
+    dl.callback = &relay;
+    std::vector<common_download_task> tasks;
+    for (const auto& e : *entries)
+        if (e.local_path != e.final_path) tasks.emplace_back(e, dl);
+    try {
+        common_download_run_tasks(tasks);
+    } catch (const std::exception& e) {
+        if (options.cancelled && options.cancelled())
+            return fail(ErrorCode::cancelled, "the pull was cancelled", ref.to_string());
+        return fail(ErrorCode::network_error, e.what(), ref.to_string());
+    }
+
+    PulledModel pulled{ref};
+    for (std::size_t i = 0; i < entries->size(); ++i) {
+        const auto& e = (*entries)[i];
+        if (e.local_path != e.final_path) {
+            if (auto ok = verify((*parts)[i], e.local_path); !ok)
+                return std::unexpected(ok.error());
+            pulled.bytes_downloaded += (*parts)[i].size;
+            try {
+                hf_cache::finalize_file(e);
+            } catch (const std::exception& ex) {
+                return fail(ErrorCode::io_error, ex.what(), e.final_path);
+            }
+        }
+        pulled.files.push_back(e.final_path);
+        pulled.bytes += (*parts)[i].size;
+    }
+    pulled.path = pulled.files.front();
+    return pulled;
+}
+
+std::vector<CachedModel> hub_cached_models() {
+    std::vector<CachedModel> out;
+    for (const auto& [repo, r] : cached_repos()) {
+        for (const HubFile& m : r.listing.models) {
+            auto parts = detail::parts_of(m, r.listing);
+            if (!parts) continue;  // a split model with a part missing is not loadable
+            CachedModel c{HubRef{repo, m.path}, r.location.at(m.path)};
+            for (const HubFile& p : *parts) c.bytes += p.size;
+            std::error_code ec;
+            c.modified = fs::last_write_time(c.path, ec);
+            out.push_back(std::move(c));
+        }
+    }
+    return out;
+}
+
+Result<int> hub_remove(const HubRef& ref) {
+    const auto cached = hf_cache::get_cached_files(ref.repo);
+    if (cached.empty())
+        return fail(ErrorCode::not_found, "the repository is not in the cache", ref.repo);
+    if (ref.file.empty() && ref.quant.empty()) {
+        if (!hf_cache::remove_cached_repo(ref.repo))
+            return fail(ErrorCode::io_error, "the repository could not be removed", ref.repo);
+        return static_cast<int>(cached.size());
+    }
+    auto pulled = pull_from_cache(ref);
+    if (!pulled) return std::unexpected(pulled.error());
+    // Snapshot entries are links into blobs/; a blob goes when no other entry links to it.
+    std::set<fs::path> keep;
+    std::error_code ec;
+    const std::set<fs::path> going(pulled->files.begin(), pulled->files.end());
+    for (const auto& f : cached)
+        if (!going.contains(f.final_path)) keep.insert(fs::weakly_canonical(f.final_path, ec));
+    int removed = 0;
+    for (const fs::path& f : pulled->files) {
+        const fs::path target = fs::weakly_canonical(f, ec);
+        if (fs::remove(f, ec)) ++removed;
+        if (target != f && !keep.contains(target)) fs::remove(target, ec);
+    }
+    return removed;
+}
+
+}  // namespace llamapp

@@ -1,0 +1,88 @@
+// The hub commands of the real binary against a loopback hub: pull, ls, search, run -hf,
+// serve -hf, offline use and rm, each as a user types it.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "support/command.hpp"
+#include "support/fake_hub.hpp"
+#include "support/http_helpers.hpp"
+#include "support/paths.hpp"
+#include "support/server_process.hpp"
+#include "support/temp_dir.hpp"
+
+namespace {
+
+struct CliHub : ::testing::Test {
+    void SetUp() override {
+        hub.add_file("test/stories", "stories260K-Q8_0.gguf",
+                     llamapp::test::shared_model("stories260K.gguf"));
+        // The server started below inherits these; each command gets them on its line too.
+        ::setenv("MODEL_ENDPOINT", hub.endpoint().c_str(), 1);
+        ::setenv("LLAMA_CACHE", cache.path().c_str(), 1);
+        ::unsetenv("HF_HUB_OFFLINE");
+    }
+    void TearDown() override {
+        ::unsetenv("MODEL_ENDPOINT");
+        ::unsetenv("LLAMA_CACHE");
+    }
+    llamapp::test::CommandResult llamapp(const std::string& args, bool with_stderr = true,
+                                         const std::string& env = "") {
+        return llamapp::test::run_command(env + " " + llamapp::test::binary("llamapp").string() +
+                                          " " + args + (with_stderr ? " 2>&1" : " 2>/dev/null"));
+    }
+    llamapp::test::FakeHub hub;
+    llamapp::test::TempDir cache;
+};
+
+TEST_F(CliHub, PullListRunServeAndRemoveAHubModel) {
+    auto pull = llamapp("pull test/stories:Q8_0");
+    ASSERT_EQ(pull.status, 0) << pull.out;
+    EXPECT_NE(pull.out.find(cache.path().string()), std::string::npos) << pull.out;
+    EXPECT_NE(pull.out.find("stories260K-Q8_0.gguf: 100% of"), std::string::npos) << pull.out;
+
+    auto ls = llamapp("ls");
+    EXPECT_NE(ls.out.find("test/stories:stories260K-Q8_0.gguf"), std::string::npos) << ls.out;
+    auto files = llamapp("ls test/stories");
+    EXPECT_NE(files.out.find("Q8_0"), std::string::npos) << files.out;
+    auto found = llamapp("search stor");
+    EXPECT_NE(found.out.find("test/stories"), std::string::npos) << found.out;
+
+    // From the cache, with the hub out of reach.
+    auto run = llamapp("run -hf test/stories:Q8_0 -p 'Once upon a time' -n 30 --temp 0 --offline",
+                       false, "MODEL_ENDPOINT=http://127.0.0.1:1/");
+    ASSERT_EQ(run.status, 0) << run.out;
+    EXPECT_EQ(run.out.rfind("Once upon a time, there was a little girl named Lily.", 0), 0u)
+        << run.out;
+    EXPECT_EQ(hub.file_requests, 1);
+
+    {
+        llamapp::test::ServerProcess server({"-hf", "test/stories:Q8_0", "-c", "256", "-t", "2"});
+        auto c = server.client();
+        auto models = c.Get("/v1/models");
+        ASSERT_TRUE(models);
+        EXPECT_NE(models->body.find(R"("id":"test/stories:Q8_0")"), std::string::npos)
+            << models->body;
+    }
+
+    auto rm = llamapp("rm test/stories");
+    ASSERT_EQ(rm.status, 0) << rm.out;
+    EXPECT_NE(rm.out.find("removed 1 file(s)"), std::string::npos) << rm.out;
+    EXPECT_NE(llamapp("ls").out.find("holds no model"), std::string::npos);
+}
+
+TEST_F(CliHub, FailuresAreOneTypedLine) {
+    auto absent = llamapp("pull test/absent");
+    EXPECT_NE(absent.status, 0);
+    EXPECT_NE(absent.out.find("[not_found]"), std::string::npos) << absent.out;
+    auto offline = llamapp("pull test/stories", true, "HF_HUB_OFFLINE=1");
+    EXPECT_NE(offline.status, 0);
+    EXPECT_NE(offline.out.find("not in the cache"), std::string::npos) << offline.out;
+    auto bad = llamapp("pull not-a-ref");
+    EXPECT_NE(bad.status, 0);
+    EXPECT_NE(bad.out.find("[invalid_argument]"), std::string::npos) << bad.out;
+    EXPECT_EQ(hub.file_requests, 0);
+}
+
+}  // namespace

@@ -1,0 +1,196 @@
+// The hub client against a loopback hub: pulls into a real cache directory, digests checked,
+// the hub's refusals as typed errors, resumed transfers, split models, offline use.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "llamapp/hub.hpp"
+#include "llamapp/model.hpp"
+#include "support/fake_hub.hpp"
+#include "support/paths.hpp"
+#include "support/temp_dir.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+using llamapp::ErrorCode;
+using llamapp::HubOptions;
+using llamapp::HubRef;
+using llamapp::test::FakeHub;
+
+// llama.cpp reads the cache location once per process: one directory for the process, and a
+// repository name of its own per test.
+const fs::path& cache_dir() {
+    static llamapp::test::TempDir dir;
+    static const bool set = [] {
+        ::setenv("LLAMA_CACHE", dir.path().c_str(), 1);
+        return true;
+    }();
+    (void)set;
+    return dir.path();
+}
+
+class Hub : public ::testing::Test {
+  protected:
+    void SetUp() override {
+        cache_dir();
+        ::setenv("MODEL_ENDPOINT", hub.endpoint().c_str(), 1);
+    }
+    std::string bytes_of(const fs::path& p) {
+        std::ifstream in(p, std::ios::binary);
+        return {std::istreambuf_iterator<char>(in), {}};
+    }
+    FakeHub hub;
+    HubOptions options;
+};
+
+TEST_F(Hub, APullIsVerifiedLoadsAndIsServedFromTheCacheAfterwards) {
+    const fs::path stories = llamapp::test::shared_model("stories260K.gguf");
+    hub.add_file("test/stories", "stories260K-Q8_0.gguf", stories);
+    hub.add("test/stories", "README.md", "# stories\n");
+    std::vector<llamapp::HubProgress> reports;
+    std::mutex m;
+    options.on_progress = [&](const llamapp::HubProgress& p) {
+        std::lock_guard lock(m);
+        reports.push_back(p);
+    };
+    auto pulled = llamapp::hub_pull(HubRef{"test/stories", "", "Q8_0"}, options);
+    ASSERT_TRUE(pulled) << pulled.error().describe();
+    EXPECT_EQ(bytes_of(pulled->path), bytes_of(stories));
+    EXPECT_EQ(pulled->bytes_downloaded, fs::file_size(stories));
+    EXPECT_TRUE(pulled->path.string().starts_with(cache_dir().string()));
+    ASSERT_FALSE(reports.empty());
+    EXPECT_TRUE(reports.back().done);
+    EXPECT_EQ(reports.back().file, "stories260K-Q8_0.gguf");
+    llamapp::ModelOptions vocab;
+    vocab.vocab_only = true;
+    EXPECT_TRUE(llamapp::Model::load(pulled->path, vocab));
+
+    auto again = llamapp::hub_pull(HubRef{"test/stories"}, options);
+    ASSERT_TRUE(again) << again.error().describe();
+    EXPECT_EQ(again->path, pulled->path);
+    EXPECT_EQ(again->bytes_downloaded, 0u);
+    EXPECT_EQ(hub.file_requests, 1);
+
+    options.offline = true;
+    const int calls = hub.api_calls;
+    auto offline = llamapp::hub_pull(HubRef{"test/stories", "stories260K-Q8_0.gguf"}, options);
+    ASSERT_TRUE(offline) << offline.error().describe();
+    EXPECT_EQ(offline->path, pulled->path);
+    EXPECT_EQ(hub.api_calls, calls);
+    auto missing = llamapp::hub_pull(HubRef{"test/never-pulled"}, options);
+    ASSERT_FALSE(missing);
+    EXPECT_EQ(missing.error().code, ErrorCode::not_found);
+
+    auto cached = llamapp::hub_cached_models();
+    ASSERT_EQ(cached.size(), 1u);
+    EXPECT_EQ(cached[0].ref.to_string(), "test/stories:stories260K-Q8_0.gguf");
+    EXPECT_EQ(cached[0].bytes, fs::file_size(stories));
+}
+
+TEST_F(Hub, WrongBytesAreDeletedAndNothingEntersTheCache) {
+    hub.add("test/corrupt", "m-Q8_0.gguf", "GGUF not what the listing says", std::string(64, 'a'));
+    auto r = llamapp::hub_pull(HubRef{"test/corrupt"}, options);
+    ASSERT_FALSE(r);
+    EXPECT_EQ(r.error().code, ErrorCode::checksum_mismatch);
+    EXPECT_NE(r.error().message.find(std::string(64, 'a')), std::string::npos);
+    const fs::path repo = cache_dir() / "models--test--corrupt";
+    for (const char* dir : {"blobs", "snapshots"}) {
+        if (!fs::exists(repo / dir)) continue;
+        for (const auto& e : fs::recursive_directory_iterator(repo / dir))
+            EXPECT_FALSE(e.is_regular_file()) << e.path();
+    }
+    for (const auto& c : llamapp::hub_cached_models()) EXPECT_NE(c.ref.repo, "test/corrupt");
+}
+
+TEST_F(Hub, RefusalsAreTypedAndATokenIsSent) {
+    hub.add("test/gated", "g-Q4_K_M.gguf", "GGUF gated bytes");
+    hub.required_token = "hf_" + std::string(34, 'x');
+    auto anonymous = llamapp::hub_pull(HubRef{"test/gated"}, options);
+    ASSERT_FALSE(anonymous);
+    EXPECT_EQ(anonymous.error().code, ErrorCode::unauthorized);
+    EXPECT_NE(anonymous.error().message.find("HF_TOKEN"), std::string::npos);
+    options.token = hub.required_token;
+    auto with_token = llamapp::hub_pull(HubRef{"test/gated"}, options);
+    ASSERT_TRUE(with_token) << with_token.error().describe();
+    EXPECT_EQ(bytes_of(with_token->path), "GGUF gated bytes");
+
+    auto absent = llamapp::hub_pull(HubRef{"test/absent"}, options);
+    ASSERT_FALSE(absent);
+    EXPECT_EQ(absent.error().code, ErrorCode::not_found);
+    auto no_file = llamapp::hub_pull(HubRef{"test/gated", "other.gguf"}, options);
+    ASSERT_FALSE(no_file);
+    EXPECT_EQ(no_file.error().code, ErrorCode::not_found);
+
+    ::setenv("MODEL_ENDPOINT", "http://127.0.0.1:1/", 1);  // nothing listens on port 1
+    auto unreachable = llamapp::hub_pull(HubRef{"test/gated"}, options);
+    ASSERT_FALSE(unreachable);
+    EXPECT_EQ(unreachable.error().code, ErrorCode::network_error);
+}
+
+TEST_F(Hub, ARetryAfterIsWaitedOutAndAPersistentOneIsReported) {
+    hub.add("test/busy", "b-Q8_0.gguf", "GGUF busy bytes");
+    hub.throttle_next = 1;
+    auto r = llamapp::hub_pull(HubRef{"test/busy"}, options);
+    ASSERT_TRUE(r) << r.error().describe();
+    hub.throttle_next = 1000;
+    auto listing = llamapp::hub_list_files("test/busy", options);
+    ASSERT_FALSE(listing);
+    EXPECT_EQ(listing.error().code, ErrorCode::rate_limited);
+    EXPECT_EQ(listing.error().context, "retry after 1 s");
+}
+
+TEST_F(Hub, ATransferCutHalfWayResumesWhereItStopped) {
+    std::string bytes(1 << 20, '\0');
+    for (std::size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<char>(i * 7);
+    hub.add("test/flaky", "f-Q8_0.gguf", bytes);
+    hub.cut_next_transfers = 1;
+    auto r = llamapp::hub_pull(HubRef{"test/flaky"}, options);
+    ASSERT_TRUE(r) << r.error().describe();
+    EXPECT_EQ(bytes_of(r->path), bytes);
+    EXPECT_GE(hub.range_requests, 1);
+}
+
+TEST_F(Hub, ASplitModelPullsEveryPartAndRemovingItTakesThemAll) {
+    for (int i = 1; i <= 3; ++i)
+        hub.add("test/split", "big-Q8_0-0000" + std::to_string(i) + "-of-00003.gguf",
+                "GGUF part " + std::to_string(i));
+    hub.add("test/split", "small-Q4_K_M.gguf", "GGUF small");
+    auto listing = llamapp::hub_list_files("test/split", options);
+    ASSERT_TRUE(listing) << listing.error().describe();
+    ASSERT_EQ(listing->models.size(), 2u);
+    auto r = llamapp::hub_pull(HubRef{"test/split", "", "q8_0"}, options);
+    ASSERT_TRUE(r) << r.error().describe();
+    ASSERT_EQ(r->files.size(), 3u);
+    EXPECT_EQ(r->path.filename(), "big-Q8_0-00001-of-00003.gguf");
+    EXPECT_EQ(bytes_of(r->files[2]), "GGUF part 3");
+    ASSERT_TRUE(llamapp::hub_pull(HubRef{"test/split"}, options));  // the default: Q4_K_M
+
+    auto removed = llamapp::hub_remove(HubRef{"test/split", "", "Q8_0"});
+    ASSERT_TRUE(removed) << removed.error().describe();
+    EXPECT_EQ(*removed, 3);
+    for (const auto& f : r->files) EXPECT_FALSE(fs::exists(f));
+    auto rest = llamapp::hub_cached_models();
+    ASSERT_EQ(rest.size(), 1u);
+    EXPECT_EQ(rest[0].ref.file, "small-Q4_K_M.gguf");
+    ASSERT_TRUE(llamapp::hub_remove(HubRef{"test/split"}));
+    EXPECT_TRUE(llamapp::hub_cached_models().empty());
+    EXPECT_FALSE(llamapp::hub_remove(HubRef{"test/split"}));
+}
+
+TEST_F(Hub, SearchListsMatchingRepositories) {
+    hub.add("someone/tiny-GGUF", "t-Q8_0.gguf", "GGUF t");
+    hub.add("someone/other", "o-Q8_0.gguf", "GGUF o");
+    auto hits = llamapp::hub_search("tiny", 10, options);
+    ASSERT_TRUE(hits) << hits.error().describe();
+    ASSERT_EQ(hits->size(), 1u);
+    EXPECT_EQ((*hits)[0].repo, "someone/tiny-GGUF");
+    EXPECT_EQ((*hits)[0].downloads, 7u);
+    auto bad = llamapp::hub_search("tiny", 0, options);
+    ASSERT_FALSE(bad);
+    EXPECT_EQ(bad.error().code, ErrorCode::invalid_argument);
+}
+
+}  // namespace

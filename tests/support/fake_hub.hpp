@@ -1,0 +1,192 @@
+// A loopback stand-in for the Hugging Face hub: the refs, tree and search API, file downloads
+// that redirect to a second "CDN" server, and knobs for the failures a client must survive
+// (a token it requires, 429 with Retry-After, a transfer cut in the middle, wrong bytes).
+#pragma once
+
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "llamapp/fingerprint.hpp"
+
+namespace llamapp::test {
+
+class FakeHub {
+  public:
+    static constexpr const char* commit = "0123456789abcdef0123456789abcdef01234567";
+
+    struct File {
+        std::string bytes;
+        std::string digest;  // what the listing claims; empty: the bytes' SHA-256
+    };
+
+    FakeHub() {
+        routes();
+        cdn_.Get(R"(/cdn/(.+))", [this](const httplib::Request& req, httplib::Response& res) {
+            serve_file(req, res);
+        });
+        port_ = api_.bind_to_any_port("127.0.0.1");
+        cdn_port_ = cdn_.bind_to_any_port("127.0.0.1");
+        api_thread_ = std::thread([this] { api_.listen_after_bind(); });
+        cdn_thread_ = std::thread([this] { cdn_.listen_after_bind(); });
+        api_.wait_until_ready();
+        cdn_.wait_until_ready();
+    }
+    ~FakeHub() {
+        api_.stop();
+        cdn_.stop();
+        api_thread_.join();
+        cdn_thread_.join();
+    }
+    FakeHub(const FakeHub&) = delete;
+    FakeHub& operator=(const FakeHub&) = delete;
+
+    std::string endpoint() const { return "http://127.0.0.1:" + std::to_string(port_) + "/"; }
+
+    void add(const std::string& repo, const std::string& path, std::string bytes,
+             std::string digest = {}) {
+        std::lock_guard lock(mutex_);
+        repos_[repo][path] = File{std::move(bytes), std::move(digest)};
+    }
+    void add_file(const std::string& repo, const std::string& path,
+                  const std::filesystem::path& from) {
+        std::ifstream in(from, std::ios::binary);
+        std::ostringstream s;
+        s << in.rdbuf();
+        add(repo, path, s.str());
+    }
+
+    // Knobs, set before the client runs.
+    std::string required_token;         // non-empty: API calls without it get 401
+    std::atomic<int> throttle_next{0};  // this many API calls get 429 first
+    int retry_after_seconds = 1;
+    std::atomic<int> cut_next_transfers{0};  // this many downloads stop half way
+
+    // What the client did.
+    std::atomic<int> api_calls{0};
+    std::atomic<int> file_requests{0};
+    std::atomic<int> range_requests{0};
+
+  private:
+    void routes() {
+        api_.Get(R"(/api/models/([^/]+/[^/]+)/refs)", [this](const auto& req, auto& res) {
+            if (!admit(req, res)) return;
+            if (!has_repo(req.matches[1])) return not_found(res);
+            nlohmann::json j = {{"branches", {{{"name", "main"}, {"targetCommit", commit}}}}};
+            res.set_content(j.dump(), "application/json");
+        });
+        api_.Get(R"(/api/models/([^/]+/[^/]+)/tree/([0-9a-f]+))",
+                 [this](const auto& req, auto& res) {
+                     if (!admit(req, res)) return;
+                     if (!has_repo(req.matches[1])) return not_found(res);
+                     res.set_content(tree(req.matches[1]).dump(), "application/json");
+                 });
+        api_.Get("/api/models", [this](const auto& req, auto& res) {
+            if (!admit(req, res)) return;
+            const std::string q = req.get_param_value("search");
+            nlohmann::json hits = nlohmann::json::array();
+            std::lock_guard lock(mutex_);
+            for (const auto& [repo, files] : repos_)
+                if (repo.find(q) != std::string::npos)
+                    hits.push_back({{"id", repo}, {"downloads", 7}, {"likes", 3}});
+            res.set_content(hits.dump(), "application/json");
+        });
+        // Downloads redirect to another host, as the hub's resolve URLs redirect to its CDN.
+        api_.Get(R"(/([^/]+/[^/]+)/resolve/([0-9a-f]+)/(.+))", [this](const auto& req, auto& res) {
+            res.set_redirect("http://127.0.0.1:" + std::to_string(cdn_port_) + "/cdn/" +
+                             std::string(req.matches[1]) + "/" + std::string(req.matches[3]));
+        });
+    }
+
+    bool admit(const httplib::Request& req, httplib::Response& res) {
+        ++api_calls;
+        if (throttle_next > 0) {
+            --throttle_next;
+            res.status = 429;
+            res.set_header("Retry-After", std::to_string(retry_after_seconds));
+            return false;
+        }
+        if (!required_token.empty() &&
+            req.get_header_value("Authorization") != "Bearer " + required_token) {
+            res.status = 401;
+            res.set_content(R"({"error":"Invalid credentials in Authorization header"})",
+                            "application/json");
+            return false;
+        }
+        return true;
+    }
+
+    static void not_found(httplib::Response& res) {
+        res.status = 404;
+        res.set_content(R"({"error":"Repository not found"})", "application/json");
+    }
+
+    bool has_repo(const std::string& repo) {
+        std::lock_guard lock(mutex_);
+        return repos_.contains(repo);
+    }
+
+    nlohmann::json tree(const std::string& repo) {
+        std::lock_guard lock(mutex_);
+        nlohmann::json list = nlohmann::json::array();
+        for (const auto& [path, f] : repos_.at(repo)) {
+            const std::string digest = f.digest.empty() ? sha256_hex(f.bytes) : f.digest;
+            list.push_back({{"type", "file"},
+                            {"path", path},
+                            {"size", f.bytes.size()},
+                            {"oid", "1111111111111111111111111111111111111111"},
+                            {"lfs", {{"oid", digest}, {"size", f.bytes.size()}}}});
+        }
+        return list;
+    }
+
+    void serve_file(const httplib::Request& req, httplib::Response& res) {
+        const std::string rest = req.matches[1];
+        const std::size_t second = rest.find('/', rest.find('/') + 1);
+        const std::string repo = rest.substr(0, second), path = rest.substr(second + 1);
+        std::string bytes;
+        {
+            std::lock_guard lock(mutex_);
+            auto r = repos_.find(repo);
+            if (r == repos_.end() || !r->second.contains(path)) return not_found(res);
+            bytes = r->second.at(path).bytes;
+        }
+        if (req.method == "GET") ++file_requests;
+        if (req.has_header("Range") && req.method == "GET") ++range_requests;
+        if (req.method == "GET" && cut_next_transfers > 0 && !req.has_header("Range")) {
+            --cut_next_transfers;
+            // Announces the whole length, sends half, then breaks the connection.
+            const std::size_t half = bytes.size() / 2;
+            res.set_content_provider(
+                bytes.size(), "application/octet-stream",
+                [bytes, half](std::size_t offset, std::size_t, httplib::DataSink& sink) {
+                    if (offset >= half) return false;
+                    sink.write(bytes.data() + offset, half - offset);
+                    return true;
+                });
+            return;
+        }
+        res.set_header("Accept-Ranges", "bytes");
+        res.set_content(bytes, "application/octet-stream");
+    }
+
+    httplib::Server api_;
+    httplib::Server cdn_;
+    int port_ = 0;
+    int cdn_port_ = 0;
+    std::thread api_thread_;
+    std::thread cdn_thread_;
+    std::mutex mutex_;
+    std::map<std::string, std::map<std::string, File>> repos_;
+};
+
+}  // namespace llamapp::test
