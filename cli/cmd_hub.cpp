@@ -11,6 +11,7 @@
 
 #include "commands.hpp"
 #include "llamapp/hub.hpp"
+#include "llamapp/model_manager.hpp"
 #include "options.hpp"
 
 namespace llamapp::cli {
@@ -73,8 +74,8 @@ Result<HubRef> repo_ref(const std::string& text) {
 struct HubFlags {
     std::string ref;
     bool offline = false;
-    bool json_out = false;
     int limit = 20;
+    std::string models_dir;
 };
 
 int pull(const HubFlags& f) {
@@ -89,18 +90,41 @@ int pull(const HubFlags& f) {
     return 0;
 }
 
-int list_cached() {
-    const auto models = hub_cached_models();
-    std::printf("%-60s %10s  %s\n", "NAME", "SIZE", "MODIFIED");
-    for (const CachedModel& m : models) {
-        const auto t = std::chrono::file_clock::to_sys(m.modified);
-        const std::time_t tt = std::chrono::system_clock::to_time_t(t);
-        char when[32];
-        std::strftime(when, sizeof when, "%Y-%m-%d %H:%M", std::localtime(&tt));
-        std::printf("%-60s %10s  %s\n", m.ref.to_string().c_str(), human_bytes(m.bytes).c_str(),
-                    when);
+std::string when(std::filesystem::file_time_type t) {
+    const std::time_t tt = std::chrono::system_clock::to_time_t(std::chrono::file_clock::to_sys(t));
+    char text[32];
+    std::strftime(text, sizeof text, "%Y-%m-%d %H:%M", std::localtime(&tt));
+    return text;
+}
+
+// The hub cache's models, and a models directory's when given.
+int list_local(const HubFlags& f) {
+    const char* row = "%-56s %10s %8s %-10s %-6s %s\n";
+    std::printf(row, "NAME", "SIZE", "QUANT", "ARCH", "SOURCE", "MODIFIED");
+    int shown = 0;
+    for (const CachedModel& m : hub_cached_models()) {
+        std::printf(row, m.ref.to_string().c_str(), human_bytes(m.bytes).c_str(),
+                    m.quant.empty() ? "-" : m.quant.c_str(),
+                    m.architecture.empty() ? "?" : m.architecture.c_str(), "hub",
+                    when(m.modified).c_str());
+        ++shown;
     }
-    if (models.empty()) std::printf("(the cache %s holds no model)\n", hub_cache_dir().c_str());
+    if (!f.models_dir.empty()) {
+        auto specs = scan_models_dir(f.models_dir, ModelSpec{});
+        if (!specs) return report(specs.error());
+        // The manager reads each header when a model is added; nothing is loaded.
+        auto manager = ModelManager::create(ModelManagerOptions{});
+        if (!manager) return report(manager.error());
+        for (ModelSpec& s : *specs) (void)(*manager)->add(std::move(s));
+        for (const ModelListing& m : (*manager)->list()) {
+            std::error_code ec;
+            std::printf(row, m.id.c_str(), human_bytes(fs::file_size(m.path, ec)).c_str(), "-",
+                        m.architecture.empty() ? "?" : m.architecture.c_str(), "dir",
+                        when(fs::last_write_time(m.path, ec)).c_str());
+            ++shown;
+        }
+    }
+    if (shown == 0) std::printf("(no model: the hub cache is %s)\n", hub_cache_dir().c_str());
     return 0;
 }
 
@@ -164,6 +188,7 @@ Runner add_hub_commands(CLI::App& app) {
     p->add_flag("--offline", flags->offline, "only resolve from the cache");
     CLI::App* l = app.add_subcommand("ls", "the models in the hub cache, or a repository's files");
     l->add_option("repo", flags->ref, "owner/repo: list its GGUF files on the hub instead");
+    l->add_option("--models-dir", flags->models_dir, "list a models directory's models too");
     CLI::App* r = app.add_subcommand("rm", "remove a model (or a whole repository) from the cache");
     r->add_option("ref", flags->ref, "owner/repo, owner/repo:QUANT or owner/repo:file.gguf")
         ->required();
@@ -172,7 +197,7 @@ Runner add_hub_commands(CLI::App& app) {
     s->add_option("--limit", flags->limit, "at most this many")->capture_default_str();
     return [flags, p, l, r, s]() -> int {
         if (p->parsed()) return pull(*flags);
-        if (l->parsed()) return flags->ref.empty() ? list_cached() : list_remote(*flags);
+        if (l->parsed()) return flags->ref.empty() ? list_local(*flags) : list_remote(*flags);
         if (r->parsed()) return remove(*flags);
         if (s->parsed()) return search(*flags);
         return 1;

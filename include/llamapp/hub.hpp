@@ -83,6 +83,8 @@ struct CachedModel {
     std::filesystem::path path;  // in the cache's snapshot folder
     std::uint64_t bytes = 0;
     std::filesystem::file_time_type modified;
+    std::string quant;         // from the file name, may be empty
+    std::string architecture;  // general.architecture from the GGUF header, empty if unreadable
 };
 
 std::filesystem::path hub_cache_dir();

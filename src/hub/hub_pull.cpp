@@ -2,9 +2,12 @@
 // layout) and a digest check of our own before a file enters the cache; the cache's listing and
 // removal.
 #include <download.h>
+#include <fcntl.h>
 #include <fmt/core.h>
 #include <hf-cache.h>
 #include <openssl/evp.h>
+#include <sys/file.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -13,7 +16,9 @@
 #include <memory>
 #include <mutex>
 #include <set>
+#include <utility>
 
+#include "core/gguf_probe.hpp"
 #include "hub/hub_internal.hpp"
 #include "llamapp/fingerprint.hpp"
 
@@ -118,6 +123,37 @@ std::map<std::string, CachedRepo> cached_repos(const std::string& repo = {}) {
     return repos;
 }
 
+// One pull of a repository at a time across processes (and threads): the second waits, then
+// finds the first one's files in the cache instead of writing into the same temporary file.
+class PullLock {
+  public:
+    static Result<PullLock> take(const std::string& repo) {
+        std::string folder = "models--" + repo;
+        for (std::size_t at = folder.find('/'); at != std::string::npos; at = folder.find('/'))
+            folder.replace(at, 1, "--");
+        const fs::path dir = hub_cache_dir() / ".locks";
+        std::error_code ec;
+        fs::create_directories(dir, ec);
+        const fs::path path = dir / (folder + ".llamapp.lock");
+        const int fd = ::open(path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644);
+        if (fd < 0) return fail(ErrorCode::io_error, "cannot open the pull lock", path.string());
+        if (::flock(fd, LOCK_EX) != 0) {
+            ::close(fd);
+            return fail(ErrorCode::io_error, "cannot lock the pull lock", path.string());
+        }
+        return PullLock(fd);
+    }
+    PullLock(PullLock&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
+    PullLock& operator=(PullLock&&) = delete;
+    ~PullLock() {
+        if (fd_ >= 0) ::close(fd_);  // closing releases the lock
+    }
+
+  private:
+    explicit PullLock(int fd) : fd_(fd) {}
+    int fd_;
+};
+
 // A ref resolved from the cache alone.
 Result<PulledModel> pull_from_cache(const HubRef& ref) {
     auto repos = cached_repos(ref.repo);
@@ -180,6 +216,8 @@ Result<PulledModel> hub_pull(const HubRef& ref, const HubOptions& options) {
     if (!chosen) return std::unexpected(chosen.error());
     auto parts = detail::parts_of(*chosen, *listing);
     if (!parts) return std::unexpected(parts.error());
+    auto lock = PullLock::take(ref.repo);
+    if (!lock) return std::unexpected(lock.error());
     auto entries = cache_entries(*listing, *parts, options);
     if (!entries) return std::unexpected(entries.error());
 
@@ -230,6 +268,8 @@ std::vector<CachedModel> hub_cached_models() {
             for (const HubFile& p : *parts) c.bytes += p.size;
             std::error_code ec;
             c.modified = fs::last_write_time(c.path, ec);
+            c.quant = m.quant;
+            if (auto header = detail::probe_gguf(c.path)) c.architecture = header->architecture;
             out.push_back(std::move(c));
         }
     }

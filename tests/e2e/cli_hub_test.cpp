@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <regex>
 #include <string>
 
 #include "support/command.hpp"
@@ -42,8 +43,14 @@ TEST_F(CliHub, PullListRunServeAndRemoveAHubModel) {
     EXPECT_NE(pull.out.find(cache.path().string()), std::string::npos) << pull.out;
     EXPECT_NE(pull.out.find("stories260K-Q8_0.gguf: 100% of"), std::string::npos) << pull.out;
 
-    auto ls = llamapp("ls");
-    EXPECT_NE(ls.out.find("test/stories:stories260K-Q8_0.gguf"), std::string::npos) << ls.out;
+    llamapp::test::TempDir dir;
+    std::filesystem::copy_file(llamapp::test::shared_model("stories260K.gguf"), dir / "tale.gguf");
+    auto ls = llamapp("ls --models-dir " + dir.path().string());
+    EXPECT_TRUE(std::regex_search(ls.out, std::regex("test/stories:stories260K-Q8_0.gguf +[0-9.]+ "
+                                                     "[KM]iB +Q8_0 +llama +hub ")))
+        << ls.out;
+    EXPECT_TRUE(std::regex_search(ls.out, std::regex("tale +[0-9.]+ [KM]iB +- +llama +dir ")))
+        << ls.out;
     auto files = llamapp("ls test/stories");
     EXPECT_NE(files.out.find("Q8_0"), std::string::npos) << files.out;
     auto found = llamapp("search stor");
@@ -69,7 +76,7 @@ TEST_F(CliHub, PullListRunServeAndRemoveAHubModel) {
     auto rm = llamapp("rm test/stories");
     ASSERT_EQ(rm.status, 0) << rm.out;
     EXPECT_NE(rm.out.find("removed 1 file(s)"), std::string::npos) << rm.out;
-    EXPECT_NE(llamapp("ls").out.find("holds no model"), std::string::npos);
+    EXPECT_NE(llamapp("ls").out.find("(no model: the hub cache is"), std::string::npos);
 }
 
 TEST_F(CliHub, FailuresAreOneTypedLine) {
