@@ -11,65 +11,23 @@
 #include "commands.hpp"
 #include "llamapp/server.hpp"
 #include "options.hpp"
+#include "serve_flags.hpp"
 
 namespace llamapp::cli {
 
-namespace {
-
-struct ServeFlags {
-    CommonFlags common;
-    ContextFlags context;
-    CacheFlags cache;
-    ServerOptions server;
-    int slots = 4;
-    std::size_t max_queue = 64;
-    int min_prefill_rows = EngineOptions{}.min_prefill_rows;
-    int prefill_chunk = EngineOptions{}.prefill_chunk;
-    std::string batch_strategy = "decode_maximal";
-    DraftFlags draft;
-    std::string api_key_file;
-    std::string chat_template_file;
-    std::string alias;
-    int timeout_s = 600;
-    int drain_grace_s = 30;
-    std::string models_dir;
-    std::size_t max_models = 0;
-    std::string keep_alive = "-1";
-    std::string memory_budget;
-    bool unload_idle = false;
-    bool embeddings = false;
-};
-
-void add_serve_options(CLI::App& cmd, ServeFlags& flags) {
-    ServerOptions& s = flags.server;
+// Flags that shape one model. On the command line they apply to every model; a section of
+// the presets file sets them for its model.
+void add_model_flags(CLI::App& cmd, ServeFlags& flags) {
     cmd.add_option("--parallel", flags.slots, "slots: requests decoded together (-np)")
-        ->capture_default_str();
-    cmd.add_option("--host", s.host, "address to listen on")->capture_default_str();
-    cmd.add_option("--port", s.port, "port (0 = any free port)")->capture_default_str();
-    cmd.add_option("--unix-socket", s.unix_socket, "listen on a unix socket instead");
-    cmd.add_option("--api-key", s.api_key, "require Authorization: Bearer KEY");
-    cmd.add_option("--api-key-file", flags.api_key_file, "read the API key from a file");
-    cmd.add_option("--alias", flags.alias,
-                   "model id in the API of the first -m model (default: the file name)");
-    cmd.add_option("--models-dir", flags.models_dir,
-                   "serve the GGUF models of this directory too, loaded on first use");
-    cmd.add_option("--max-models,--models-max", flags.max_models,
-                   "most models resident at once (0 = no cap)")
         ->capture_default_str();
     cmd.add_option("--keep-alive", flags.keep_alive,
                    "unload a model idle this long: seconds, or 30s, 5m, 2h (-1 = never)")
         ->capture_default_str();
-    cmd.add_option("--memory-budget", flags.memory_budget,
-                   "RAM the models may take, e.g. 8G (default: what is available at start, "
-                   "less 256M)");
     cmd.add_flag("--embeddings,--embedding", flags.embeddings,
                  "serve /v1/embeddings with generative models too (embedding models always do); "
                  "each model then holds an embedding context as well");
-    cmd.add_flag("--unload-idle", flags.unload_idle,
-                 "unload least recently used idle models when a load would not fit");
     cmd.add_option("--chat-template-file", flags.chat_template_file,
                    "Jinja chat template to use instead of the model's");
-    cmd.add_option("--cors-origin", s.cors_origins, "allow this browser origin (repeatable)");
     cmd.add_option("--max-queue", flags.max_queue, "requests waiting for a slot before 429")
         ->capture_default_str();
     cmd.add_option("--min-prefill-rows", flags.min_prefill_rows,
@@ -85,6 +43,57 @@ void add_serve_options(CLI::App& cmd, ServeFlags& flags) {
                    "how a decode call is split between streams and prompts: decode_maximal, "
                    "prefill_priority, balanced or first_token_first")
         ->capture_default_str();
+}
+
+Result<ModelSpec> model_defaults(const ServeFlags& flags) {
+    auto context = context_options(flags.context);
+    if (!context) return std::unexpected(context.error());
+    auto strategy = llamapp::batch_strategy(flags.batch_strategy);
+    if (!strategy) return std::unexpected(strategy.error());
+    ModelSpec s;
+    s.model = model_options(flags.common);
+    s.engine.context = *context;
+    // -c is the whole cache, as in llama-server; on the unified cache any slot may use all.
+    s.engine.context.n_seq_max = flags.slots;
+    s.engine.max_queued_requests = flags.max_queue;
+    s.engine.min_prefill_rows = flags.min_prefill_rows;
+    s.engine.prefill_chunk = flags.prefill_chunk;
+    s.engine.strategy = *strategy;
+    apply_draft(flags.draft, s.engine);
+    if (flags.embeddings) s.embed = true;
+    if (!flags.chat_template_file.empty()) {
+        auto text = read_text_file(flags.chat_template_file, "--chat-template-file");
+        if (!text) return std::unexpected(text.error());
+        s.chat_template = *text;
+    }
+    return s;
+}
+
+namespace {
+
+void add_serve_options(CLI::App& cmd, ServeFlags& flags) {
+    ServerOptions& s = flags.server;
+    add_model_flags(cmd, flags);
+    cmd.add_option("--host", s.host, "address to listen on")->capture_default_str();
+    cmd.add_option("--port", s.port, "port (0 = any free port)")->capture_default_str();
+    cmd.add_option("--unix-socket", s.unix_socket, "listen on a unix socket instead");
+    cmd.add_option("--api-key", s.api_key, "require Authorization: Bearer KEY");
+    cmd.add_option("--api-key-file", flags.api_key_file, "read the API key from a file");
+    cmd.add_option("--alias", flags.alias,
+                   "model id in the API of the first -m model (default: the file name)");
+    cmd.add_option("--models-dir", flags.models_dir,
+                   "serve the GGUF models of this directory too, loaded on first use");
+    cmd.add_option("--models-preset", flags.models_preset,
+                   "an INI file of models with their own flags, in llama-server's format");
+    cmd.add_option("--max-models,--models-max", flags.max_models,
+                   "most models resident at once (0 = no cap)")
+        ->capture_default_str();
+    cmd.add_option("--memory-budget", flags.memory_budget,
+                   "RAM the models may take, e.g. 8G (default: what is available at start, "
+                   "less 256M)");
+    cmd.add_flag("--unload-idle", flags.unload_idle,
+                 "unload least recently used idle models when a load would not fit");
+    cmd.add_option("--cors-origin", s.cors_origins, "allow this browser origin (repeatable)");
     cmd.add_option("--max-body-bytes", s.max_body_bytes, "largest request body")
         ->capture_default_str();
     cmd.add_option("--max-prompt-tokens", s.max_prompt_tokens, "0 = the context size");
@@ -120,20 +129,6 @@ Result<ServerOptions> server_options(const ServeFlags& flags) {
     options.request_timeout = std::chrono::seconds(flags.timeout_s);
     options.drain_grace = std::chrono::seconds(flags.drain_grace_s);
     return options;
-}
-
-EngineOptions engine_options(const ServeFlags& flags, const ContextOptions& context,
-                             std::shared_ptr<BatchStrategy> strategy) {
-    EngineOptions eo;
-    eo.context = context;
-    // -c is the whole cache, as in llama-server; on the unified cache any slot may use all.
-    eo.context.n_seq_max = flags.slots;
-    eo.max_queued_requests = flags.max_queue;
-    eo.min_prefill_rows = flags.min_prefill_rows;
-    eo.prefill_chunk = flags.prefill_chunk;
-    eo.strategy = strategy;
-    apply_draft(flags.draft, eo);
-    return eo;
 }
 
 // "8G", "512M", "64K" or bytes.
@@ -174,12 +169,14 @@ Result<ModelManagerOptions> manager_options(const ServeFlags& flags,
     return mo;
 }
 
-// The -m models (ID=PATH names one; the first takes --alias), then the models directory's.
-Result<std::vector<ModelSpec>> model_specs(const ServeFlags& flags, const ModelSpec& defaults) {
-    std::vector<ModelSpec> specs;
+// The -m and -hf models (ID=PATH names one; the first takes --alias), loaded before serving.
+Result<std::vector<KnownModel>> command_line_models(const ServeFlags& flags,
+                                                    const ModelSpec& defaults) {
+    std::vector<KnownModel> known;
     std::vector<std::string> given = flags.common.model_paths;
     given.insert(given.end(), flags.common.hf_refs.begin(), flags.common.hf_refs.end());
-    if (given.empty() && flags.models_dir.empty()) given.push_back(demo_model(true).string());
+    if (given.empty() && flags.models_dir.empty() && flags.models_preset.empty())
+        given.push_back(demo_model(true).string());
     for (const std::string& arg : given) {
         ModelSpec s = defaults;
         const std::size_t eq = arg.find('=');
@@ -192,49 +189,45 @@ Result<std::vector<ModelSpec>> model_specs(const ServeFlags& flags, const ModelS
         s.id = eq != std::string::npos ? arg.substr(0, eq)
                : s.source == "hub"     ? what
                                        : s.path.stem().string();
-        if (specs.empty() && !flags.alias.empty()) s.id = flags.alias;
-        if (!flags.chat_template_file.empty()) {
-            auto text = read_text_file(flags.chat_template_file, "--chat-template-file");
-            if (!text) return std::unexpected(text.error());
-            s.chat_template = *text;
-        }
-        specs.push_back(std::move(s));
+        if (known.empty() && !flags.alias.empty()) s.id = flags.alias;
+        known.push_back(KnownModel{std::move(s), true, false});
     }
-    if (!flags.models_dir.empty()) {
-        auto found = scan_models_dir(flags.models_dir, defaults);
-        if (!found) return std::unexpected(found.error());
-        for (auto& s : *found) specs.push_back(std::move(s));
-    }
-    return specs;
+    return known;
 }
 
-// Known models, with the -m ones loaded (and any failure reported) before serving.
+// Known models: the command line's and the presets file's load-on-startup ones are loaded (and
+// any failure reported) before serving; the others, and the models directory's, on demand.
 Result<std::unique_ptr<ModelManager>> start_models(const ServeFlags& flags,
-                                                   const EngineOptions& engine,
                                                    std::shared_ptr<KvStore> store) {
     auto mo = manager_options(flags, std::move(store));
     if (!mo) return std::unexpected(mo.error());
-    ModelSpec defaults;
-    defaults.model = model_options(flags.common);
-    defaults.engine = engine;
-    if (flags.embeddings) defaults.embed = true;
-    auto specs = model_specs(flags, defaults);
-    if (!specs) return std::unexpected(specs.error());
+    auto defaults = model_defaults(flags);
+    if (!defaults) return std::unexpected(defaults.error());
+    auto known = command_line_models(flags, *defaults);
+    if (!known) return std::unexpected(known.error());
+    if (!flags.models_preset.empty()) {
+        auto presets = preset_models(flags);
+        if (!presets) return std::unexpected(presets.error());
+        for (auto& k : *presets) known->push_back(std::move(k));
+    }
+    if (!flags.models_dir.empty()) {
+        auto found = scan_models_dir(flags.models_dir, *defaults);
+        if (!found) return std::unexpected(found.error());
+        for (auto& s : *found) known->push_back(KnownModel{std::move(s), false, true});
+    }
     auto manager = ModelManager::create(std::move(*mo));
     if (!manager) return std::unexpected(manager.error());
-    const std::size_t given = flags.common.model_paths.size() + flags.common.hf_refs.size();
-    const std::size_t preload = given == 0 && flags.models_dir.empty() ? 1 : given;
-    for (std::size_t i = 0; i < specs->size(); ++i) {
-        const std::string id = (*specs)[i].id;
-        if (auto ok = (*manager)->add(std::move((*specs)[i])); !ok) {
-            // A directory model named like a -m model (often the same file) yields to it.
-            if (i < preload || ok.error().code != ErrorCode::already_exists)
+    for (KnownModel& k : *known) {
+        const std::string id = k.spec.id;
+        if (auto ok = (*manager)->add(std::move(k.spec)); !ok) {
+            // A directory model named like another model (often the same file) yields to it.
+            if (!k.from_models_dir || ok.error().code != ErrorCode::already_exists)
                 return std::unexpected(ok.error());
             std::fprintf(stderr, "llamapp: warning: %s; the models-dir copy is skipped\n",
                          ok.error().describe().c_str());
             continue;
         }
-        if (i >= preload) continue;
+        if (!k.preload) continue;
         auto lease = (*manager)->acquire(id);
         if (!lease) {
             auto listed = (*manager)->find(id);
@@ -263,8 +256,6 @@ int serve(const std::shared_ptr<ServeFlags>& flags) {
     apply_log_level(flags->common);
     auto options = server_options(*flags);
     if (!options) return report(options.error());
-    auto ctx_options = context_options(flags->context);
-    if (!ctx_options) return report(ctx_options.error());
 
     // SIGINT and SIGTERM go to one watcher thread (blocked everywhere else), which drains.
     sigset_t signals;
@@ -273,11 +264,9 @@ int serve(const std::shared_ptr<ServeFlags>& flags) {
     sigaddset(&signals, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
-    auto strategy = llamapp::batch_strategy(flags->batch_strategy);
-    if (!strategy) return report(strategy.error());
     auto store = open_kv_store(flags->cache);
     if (!store) return report(store.error());
-    auto models = start_models(*flags, engine_options(*flags, *ctx_options, *strategy), *store);
+    auto models = start_models(*flags, *store);
     if (!models) return report(models.error());
     auto server = Server::create(**models, *options);
     if (!server) return report(server.error());

@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include "support/command.hpp"
 #include "support/http_helpers.hpp"
@@ -165,3 +166,52 @@ TEST(ServerModels, AModelOverTheMemoryBudgetIsRefusedNamingTheBytes) {
 }
 
 }  // namespace
+
+// A presets file in llama-server's INI format: per-model flags over [*] over the command line.
+TEST(ServerPresets, EachSectionIsAModelWithItsOwnFlags) {
+    TempDir dir;
+    const std::string stories = shared_model("stories260K.gguf").string();
+    const auto write = [&](const std::string& text) {
+        std::ofstream(dir / "models.ini") << text;
+        return (dir / "models.ini").string();
+    };
+    const std::string ini =
+        write("version = 1\n; comment\n[*]\nctx-size = 256\n\n[tale]\nmodel = " + stories +
+              "\nparallel = 2\nalias = story,kids\nload-on-startup = true\n\n"
+              "[tale-big]\nmodel = " +
+              stories + "\nctx-size = 512\nkeep-alive = 30s\n");
+    {
+        ServerProcess server({"--models-preset", ini, "-t", "2", "--parallel", "3"});
+        auto c = server.client();
+        const json body = {{"model", "kids"}, {"prompt", "Once upon a time"}, {"max_tokens", 4}};
+        auto r = c.Post("/v1/completions", body.dump(), "application/json");
+        ASSERT_TRUE(r);
+        EXPECT_EQ(r->status, 200) << r->body;
+        EXPECT_EQ(json::parse(r->body)["model"], "tale");
+        json big = body;
+        big["model"] = "tale-big";
+        ASSERT_EQ(c.Post("/v1/completions", big.dump(), "application/json")->status, 200);
+        std::map<std::string, json> models;
+        const json listing = json::parse(c.Get("/v1/models")->body);
+        for (const json& m : listing["data"]) models[m["id"]] = m;
+        ASSERT_EQ(models.size(), 2u);
+        EXPECT_EQ(models["tale"]["aliases"], json({"story", "kids"}));
+        EXPECT_EQ(models["tale"]["meta"]["n_ctx"], 256);
+        EXPECT_EQ(models["tale"]["meta"]["slots"], 2);
+        EXPECT_EQ(models["tale-big"]["meta"]["n_ctx"], 512);
+        EXPECT_EQ(models["tale-big"]["meta"]["slots"], 3);  // the command line's
+        EXPECT_EQ(models["tale-big"]["meta"]["keep_alive_seconds"], 30);
+    }
+    // A key llamapp cannot honour per model, and a section without a model: one line each.
+    for (const auto& [text, says] : std::vector<std::pair<std::string, std::string>>{
+             {"[a]\nmodel = " + stories + "\ntemp = 0.5\n", "[a]: The following argument"},
+             {"[a]\nmodel = " + stories + "\nport = 1\n", "[a]: The following argument"},
+             {"[b]\nctx-size = 64\n", "[b] names no model"},
+             {"[c]\nno-such-key = 1\n", "option 'no-such-key' not recognized"}}) {
+        auto r = run_command(binary("llamapp").string() + " serve --port 0 --models-preset " +
+                             write(text) + " 2>&1");
+        EXPECT_NE(r.status, 0) << text;
+        EXPECT_NE(r.out.find(says), std::string::npos) << text << "\n" << r.out;
+        EXPECT_NE(r.out.find("[invalid_argument]"), std::string::npos) << r.out;
+    }
+}

@@ -1,0 +1,57 @@
+// `llamapp serve`'s flags, shared by the command and its presets file (serve_presets.cpp).
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <string>
+#include <vector>
+
+#include "llamapp/model_manager.hpp"
+#include "llamapp/server.hpp"
+#include "options.hpp"
+
+namespace llamapp::cli {
+
+struct ServeFlags {
+    CommonFlags common;
+    ContextFlags context;
+    CacheFlags cache;
+    ServerOptions server;
+    int slots = 4;
+    std::size_t max_queue = 64;
+    int min_prefill_rows = EngineOptions{}.min_prefill_rows;
+    int prefill_chunk = EngineOptions{}.prefill_chunk;
+    std::string batch_strategy = "decode_maximal";
+    DraftFlags draft;
+    std::string api_key_file;
+    std::string chat_template_file;
+    std::string alias;
+    int timeout_s = 600;
+    int drain_grace_s = 30;
+    std::string models_dir;
+    std::string models_preset;
+    std::size_t max_models = 0;
+    std::string keep_alive = "-1";
+    std::string memory_budget;
+    bool unload_idle = false;
+    bool embeddings = false;
+};
+
+// Registers the flags that shape one model (slots, queue, keep-alive, embeddings, template,
+// prefill and batching); the context flags and -ngl are registered with the common ones.
+void add_model_flags(CLI::App& cmd, ServeFlags& flags);
+
+// A model spec with everything but its id and path, from the per-model flags.
+[[nodiscard]] Result<ModelSpec> model_defaults(const ServeFlags& flags);
+
+struct KnownModel {
+    ModelSpec spec;
+    bool preload = false;          // loaded before the server listens
+    bool from_models_dir = false;  // yields to another model of the same id
+};
+
+// The models of `flags.models_preset`: one per section, its keys llama-server's long flag
+// names (without dashes) over the command line's per-model flags, `[*]` for every section.
+[[nodiscard]] Result<std::vector<KnownModel>> preset_models(const ServeFlags& flags);
+
+}  // namespace llamapp::cli
