@@ -238,6 +238,11 @@ Result<HubRepoFiles> hub_list_files(std::string_view repo, const HubOptions& opt
             !item.contains("path") || !item["path"].is_string())
             continue;
         HubFile f{item["path"].get<std::string>()};
+        // A model file must be one a reference could name: nothing that climbs out of the cache.
+        if (f.path.ends_with(".gguf")) {
+            auto named = parse_model_ref(fmt::format("{}:{}", repo, f.path));
+            if (!named || named->hub.file != f.path) continue;
+        }
         const auto& lfs = item.contains("lfs") ? item["lfs"] : item;
         f.size = lfs.value("size", item.value("size", std::uint64_t{0}));
         f.digest = lfs.value("oid", item.value("oid", std::string()));

@@ -176,6 +176,7 @@ TEST_F(Hub, ASplitModelPullsEveryPartAndRemovingItTakesThemAll) {
         hub.add("test/split", "big-Q8_0-0000" + std::to_string(i) + "-of-00003.gguf",
                 "GGUF part " + std::to_string(i));
     hub.add("test/split", "small-Q4_K_M.gguf", "GGUF small");
+    hub.add("test/split", "../../escape-Q4_K_M.gguf", "GGUF outside");  // never listed
     auto listing = llamapp::hub_list_files("test/split", options);
     ASSERT_TRUE(listing) << listing.error().describe();
     ASSERT_EQ(listing->models.size(), 2u);
