@@ -3,6 +3,7 @@
 #include <fmt/core.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <ctime>
 #include <map>
@@ -51,16 +52,6 @@ class ProgressPrinter {
     const bool tty_ = isatty(STDERR_FILENO);
     std::map<std::string, int> decile_;  // the last tenth printed per file
 };
-
-HubOptions hub_options(bool offline, bool progress) {
-    HubOptions o = hub_options_from_environment();
-    if (offline) o.offline = true;
-    if (progress) {
-        auto printer = std::make_shared<ProgressPrinter>();
-        o.on_progress = [printer](const HubProgress& p) { (*printer)(p); };
-    }
-    return o;
-}
 
 Result<HubRef> repo_ref(const std::string& text) {
     auto ref = parse_model_ref(text);
@@ -137,14 +128,30 @@ int remove(const HubFlags& f) {
     return 0;
 }
 
+// "Q4_K_M Q8_0 (+1 more)": what a ref can name, quant tags where the names carry them.
+std::string model_files(const std::vector<HubFile>& models) {
+    if (models.empty()) return "-";
+    std::vector<std::string> names;
+    for (const HubFile& m : models) {
+        const std::string name = m.quant.empty() ? m.path : m.quant;
+        if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
+    }
+    constexpr std::size_t shown = 6;
+    std::string out;
+    for (std::size_t i = 0; i < std::min(names.size(), shown); ++i)
+        out += (i ? " " : "") + names[i];
+    if (names.size() > shown) out += fmt::format(" (+{} more)", names.size() - shown);
+    return out;
+}
+
 int search(const HubFlags& f) {
     auto hits = hub_search(f.ref, f.limit, hub_options(f.offline, false));
     if (!hits) return report(hits.error());
-    std::printf("%-60s %12s %8s\n", "REPOSITORY", "DOWNLOADS", "LIKES");
+    std::printf("%-52s %10s %6s  %s\n", "REPOSITORY", "DOWNLOADS", "LIKES", "GGUF FILES");
     for (const HubSearchHit& h : *hits)
-        std::printf("%-60s %12llu %8llu\n", h.repo.c_str(),
+        std::printf("%-52s %10llu %6llu  %s\n", h.repo.c_str(),
                     static_cast<unsigned long long>(h.downloads),
-                    static_cast<unsigned long long>(h.likes));
+                    static_cast<unsigned long long>(h.likes), model_files(h.models).c_str());
     if (hits->empty()) std::printf("(no GGUF repository matches)\n");
     return 0;
 }
@@ -155,27 +162,36 @@ int list_remote(const HubFlags& f) {
     auto listing = hub_list_files(ref->repo, hub_options(f.offline, false));
     if (!listing) return report(listing.error());
     std::printf("%-60s %10s %8s %6s\n", "FILE", "SIZE", "QUANT", "PARTS");
-    for (const HubFile& m : listing->models) {
-        std::uint64_t bytes = 0;
-        for (const HubFile& p : listing->files)
-            if (m.split_count > 1 && p.split_count == m.split_count &&
-                p.path.substr(0, p.path.size() - 20) == m.path.substr(0, m.path.size() - 20))
-                bytes += p.size;
-        std::printf("%-60s %10s %8s %6d\n", m.path.c_str(),
-                    human_bytes(m.split_count > 1 ? bytes : m.size).c_str(),
+    for (const HubFile& m : listing->models)
+        std::printf("%-60s %10s %8s %6d\n", m.path.c_str(), human_bytes(m.model_bytes).c_str(),
                     m.quant.empty() ? "-" : m.quant.c_str(), m.split_count);
-    }
     return 0;
 }
 
 }  // namespace
 
-Result<fs::path> resolve_model(const std::string& text, bool offline) {
+HubOptions hub_options(bool offline, bool progress) {
+    HubOptions o = hub_options_from_environment();
+    if (offline) o.offline = true;
+    if (progress) {
+        auto printer = std::make_shared<ProgressPrinter>();
+        o.on_progress = [printer](const HubProgress& p) { (*printer)(p); };
+    }
+    return o;
+}
+
+std::optional<HubRef> hub_model_ref(const std::string& text) {
     std::error_code ec;
-    if (fs::exists(text, ec)) return fs::path(text);
+    if (fs::exists(text, ec)) return std::nullopt;
     auto ref = parse_model_ref(text);
-    if (!ref || ref->kind != ModelRefKind::hub) return fs::path(text);
-    auto pulled = hub_pull(ref->hub, hub_options(offline, true));
+    if (!ref || ref->kind != ModelRefKind::hub) return std::nullopt;
+    return ref->hub;
+}
+
+Result<fs::path> resolve_model(const std::string& text, bool offline) {
+    auto ref = hub_model_ref(text);
+    if (!ref) return fs::path(text);
+    auto pulled = hub_pull(*ref, hub_options(offline, true));
     if (!pulled) return std::unexpected(pulled.error());
     return pulled->path;
 }

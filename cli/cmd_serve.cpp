@@ -69,6 +69,16 @@ Result<ModelSpec> model_defaults(const ServeFlags& flags) {
     return s;
 }
 
+void set_model_source(ModelSpec& spec, const std::string& what) {
+    spec.hub = hub_model_ref(what);
+    if (spec.hub) {
+        spec.source = "hub";  // the manager finds it in the cache or pulls it on its first load
+    } else {
+        spec.path = what;
+        spec.source = "path";
+    }
+}
+
 namespace {
 
 void add_serve_options(CLI::App& cmd, ServeFlags& flags) {
@@ -161,6 +171,7 @@ Result<ModelManagerOptions> manager_options(const ServeFlags& flags,
     auto keep = parse_keep_alive(flags.keep_alive);
     if (!keep) return std::unexpected(keep.error());
     mo.keep_alive = *keep;
+    mo.hub = hub_options(flags.common.offline, false);  // the manager logs a pull's progress
     if (!flags.memory_budget.empty()) {
         auto bytes = parse_size(flags.memory_budget, "--memory-budget");
         if (!bytes) return std::unexpected(bytes.error());
@@ -181,14 +192,9 @@ Result<std::vector<KnownModel>> command_line_models(const ServeFlags& flags,
         ModelSpec s = defaults;
         const std::size_t eq = arg.find('=');
         const std::string what = eq == std::string::npos ? arg : arg.substr(eq + 1);
-        auto path = resolve_model(what, flags.common.offline);
-        if (!path) return std::unexpected(path.error());
-        s.path = *path;
+        set_model_source(s, what);
         // A hub model is named by its reference, as llama-server names a -hf model.
-        s.source = s.path == std::filesystem::path(what) ? "path" : "hub";
-        s.id = eq != std::string::npos ? arg.substr(0, eq)
-               : s.source == "hub"     ? what
-                                       : s.path.stem().string();
+        s.id = eq != std::string::npos ? arg.substr(0, eq) : s.hub ? what : s.path.stem().string();
         if (known.empty() && !flags.alias.empty()) s.id = flags.alias;
         known.push_back(KnownModel{std::move(s), true, false});
     }
@@ -243,8 +249,9 @@ void announce(const ModelManager& models, const ServerOptions& options, int port
         const std::string what = m.status == ModelStatus::ready
                                      ? fmt::format("ready, {} slots, n_ctx {}", m.slots, m.n_ctx)
                                      : std::string(to_string(m.status));
-        std::fprintf(stderr, "llamapp: model %s (%s): %s\n", m.id.c_str(),
-                     m.path.filename().c_str(), what.c_str());
+        const std::string file = m.path.empty() ? m.source : m.path.filename().string();
+        std::fprintf(stderr, "llamapp: model %s (%s): %s\n", m.id.c_str(), file.c_str(),
+                     what.c_str());
     }
     if (options.unix_socket.empty())
         std::fprintf(stderr, "llamapp: serving on http://%s:%d\n", options.host.c_str(), port);

@@ -86,9 +86,14 @@ Result<ContextOptions> context_options(const ContextFlags& flags);
 Result<SamplingParams> sampling_params(const SamplingFlags& flags);
 Result<std::shared_ptr<KvStore>> open_kv_store(const CacheFlags& flags);
 
+// Defined in cmd_hub.cpp. A model argument names a hub model when it is no existing path and
+// reads as a hub reference.
+std::optional<HubRef> hub_model_ref(const std::string& text);
 // A model argument as a file: an existing path as it is, a hub reference pulled into the hub
-// cache (with progress on stderr) and its path returned. Defined in cmd_hub.cpp.
+// cache (with progress on stderr) and its path returned.
 Result<std::filesystem::path> resolve_model(const std::string& text, bool offline);
+// The environment's token and offline mode, `offline` forcing it; `progress` draws a bar.
+HubOptions hub_options(bool offline, bool progress);
 
 // Reads a whole file; errors name the option that pointed at it.
 Result<std::string> read_text_file(const std::string& path, const char* option);

@@ -44,6 +44,10 @@ void add_model_flags(CLI::App& cmd, ServeFlags& flags);
 // A model spec with everything but its id and path, from the per-model flags.
 [[nodiscard]] Result<ModelSpec> model_defaults(const ServeFlags& flags);
 
+// A model argument into the spec: an existing path, or a hub reference the manager finds in the
+// cache or pulls on the model's first load.
+void set_model_source(ModelSpec& spec, const std::string& what);
+
 struct KnownModel {
     ModelSpec spec;
     bool preload = false;          // loaded before the server listens

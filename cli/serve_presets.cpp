@@ -117,11 +117,9 @@ Result<std::vector<KnownModel>> preset_models(const ServeFlags& flags) {
                         file);
         auto spec = model_defaults(s.flags);
         if (!spec) return std::unexpected(spec.error());
-        auto path = resolve_model(what, flags.common.offline);
-        if (!path) return std::unexpected(path.error());
         spec->id = name;
         spec->aliases = s.aliases;
-        spec->path = *path;
+        set_model_source(*spec, what);
         spec->source = "preset";
         if (s.flags.keep_alive != flags.keep_alive) {
             auto keep = parse_keep_alive(s.flags.keep_alive);

@@ -12,8 +12,8 @@
 // Every downloaded file is checked against the digest the hub lists for it (SHA-256 for LFS
 // files, the git blob id otherwise) before it enters the cache; a file without a digest, or
 // one that does not match, is deleted and the pull fails. Threads: every call may run on any
-// thread; two pulls of the same file at once are not coordinated (the second finds the first's
-// temporary file and resumes into it).
+// thread. Pulls of one repository take turns, across processes too (a lock file in the cache):
+// the second finds the first one's files in the cache.
 #pragma once
 
 #include <cstdint>
@@ -54,6 +54,8 @@ struct HubFile {
     std::string digest;      // LFS SHA-256 (64 hex digits) or git blob id (40); may be empty
     std::string quant;       // quantization tag read from the name ("Q4_K_M"), or empty
     int split_count = 1;     // > 1: part 1 of a model in several files (the others are listed)
+    // In HubRepoFiles::models: the bytes of every part together (0 when a part is missing).
+    std::uint64_t model_bytes = 0;
 };
 
 struct HubRepoFiles {
@@ -68,6 +70,9 @@ struct HubSearchHit {
     std::uint64_t downloads = 0;
     std::uint64_t likes = 0;
     std::string last_modified;  // as the hub gives it (ISO 8601)
+    // Its GGUF model files as HubRepoFiles::models lists them, without sizes or digests (a
+    // search does not give them; hub_list_files does).
+    std::vector<HubFile> models;
 };
 
 struct PulledModel {
@@ -89,7 +94,8 @@ struct CachedModel {
 
 std::filesystem::path hub_cache_dir();
 
-// Repositories whose name matches `query`, GGUF ones only, most downloaded first.
+// Repositories whose name matches `query`, GGUF ones only, most downloaded first, each with
+// its model files.
 [[nodiscard]] Result<std::vector<HubSearchHit>> hub_search(std::string_view query, int limit,
                                                            const HubOptions& options);
 

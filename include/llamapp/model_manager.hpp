@@ -16,6 +16,7 @@
 #include "llamapp/engine.hpp"
 #include "llamapp/error.hpp"
 #include "llamapp/footprint.hpp"
+#include "llamapp/hub.hpp"
 #include "llamapp/kv_store.hpp"
 #include "llamapp/metrics.hpp"
 #include "llamapp/model.hpp"
@@ -35,10 +36,13 @@ struct ModelSpec {
     std::string id;  // the name requests use: letters, digits and ._-:/ (at most 128)
     std::vector<std::string> aliases;
     std::filesystem::path path;  // the GGUF, or the first part of a split set
-    std::string source;          // where it came from, for listings (a path, "models-dir", a ref)
-    ModelOptions model;          // `progress` is the manager's
-    EngineOptions engine;        // `kv_store`, `metrics` and the model label are the manager's
-    std::string chat_template;   // Jinja overriding the model's (empty: the model's, or ChatML)
+    // A model from the Hugging Face hub. With `path` empty, add() looks for it in the hub cache
+    // and, when it is not there, its first load pulls it (the progress is the load's).
+    std::optional<HubRef> hub;
+    std::string source;         // where it came from, for listings (a path, "models-dir", "hub")
+    ModelOptions model;         // `progress` is the manager's
+    EngineOptions engine;       // `kv_store`, `metrics` and the model label are the manager's
+    std::string chat_template;  // Jinja overriding the model's (empty: the model's, or ChatML)
     // What the GGUF says unless set: a model that pools (an embedding model) embeds and does
     // not generate; any other generates, and embeds only when `embed` is set, since its
     // embedding context needs compute buffers of its own (logits for a whole input).
@@ -56,6 +60,7 @@ struct ModelListing {
     std::string architecture;  // from the GGUF header
     ModelStatus status = ModelStatus::unloaded;
     float progress = 0;          // of a load in flight, in [0, 1]
+    bool downloading = false;    // loading, and still pulling its files (progress is the pull's)
     std::optional<Error> error;  // why it failed (or why the last load was refused)
     ModelCapabilities capabilities;
     std::optional<Footprint> footprint;  // estimated at the first load
@@ -83,6 +88,9 @@ struct ModelManagerOptions {
     // Unload least recently used idle models when a load would not fit, instead of refusing.
     bool unload_idle_to_fit = false;
     std::size_t max_waiting = 64;  // requests waiting for one model to load; more get queue_full
+    // Token and offline mode for pulls of hub models; their progress and cancellation are the
+    // manager's.
+    HubOptions hub;
 };
 
 namespace detail {
@@ -131,8 +139,10 @@ class ModelManager {
     ~ModelManager();
 
     // Makes a model known (not loaded). A file whose header is not a loadable GGUF is still
-    // listed, as failed with the reason. Errors: invalid_argument (a bad id), already_exists
-    // (the id or an alias is taken).
+    // listed, as failed with the reason. A hub model is looked for in the cache only (no
+    // network); until it is pulled it has no path, and it is taken to generate unless its spec
+    // says otherwise. Errors: invalid_argument (a bad id), already_exists (the id or an alias
+    // is taken).
     [[nodiscard]] Result<void> add(ModelSpec spec);
     // Unloads it if needed and forgets it. Errors: not_found.
     [[nodiscard]] Result<void> remove(const std::string& name);
@@ -140,9 +150,11 @@ class ModelManager {
     [[nodiscard]] Result<void> set_default(const std::string& name);
 
     // Starts a load and returns. The footprint is estimated first and checked against the
-    // budget. Errors: not_found, already_exists (loading or ready), busy (unloading),
-    // insufficient_memory (naming the device, bytes required and available), queue_full
-    // (max_models reached and nothing idle may be unloaded).
+    // budget. A hub model not in the cache is pulled first on the load's thread, and whatever
+    // fails after that (the pull, the estimate, the budget) is the model's error, seen by
+    // acquire() and listings. Errors: not_found, already_exists (loading or ready), busy
+    // (unloading), insufficient_memory (naming the device, bytes required and available),
+    // queue_full (max_models reached and nothing idle may be unloaded).
     [[nodiscard]] Result<void> load(const std::string& name);
     // A lease on a ready model, loading it first if it is known but unloaded, and waiting while
     // it loads (until `deadline`). `keep_alive` replaces the model's from now on, as Ollama's

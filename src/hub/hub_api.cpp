@@ -168,6 +168,9 @@ void classify_files(HubRepoFiles& listing) {
         f.split_count = split_of(f.path).count;
         if (is_model_file(f.path)) listing.models.push_back(f);
     }
+    for (HubFile& m : listing.models)
+        if (auto parts = parts_of(m, listing))
+            for (const HubFile& p : *parts) m.model_bytes += p.size;
 }
 
 Result<std::vector<HubFile>> parts_of(const HubFile& first, const HubRepoFiles& listing) {
@@ -193,8 +196,9 @@ Result<std::vector<HubSearchHit>> hub_search(std::string_view query, int limit,
     if (limit < 1 || limit > 1000)
         return fail(ErrorCode::invalid_argument, "limit is 1 to 1000", std::to_string(limit));
     auto j = detail::hub_get_json(
-        fmt::format("api/models?search={}&filter=gguf&sort=downloads&direction=-1&limit={}",
-                    httplib::encode_query_component(std::string(query)), limit),
+        fmt::format(
+            "api/models?search={}&filter=gguf&sort=downloads&direction=-1&limit={}&full=true",
+            httplib::encode_query_component(std::string(query)), limit),
         options);
     if (!j) return std::unexpected(j.error());
     if (!j->is_array()) return fail(ErrorCode::network_error, "the hub's search is not a list");
@@ -206,6 +210,13 @@ Result<std::vector<HubSearchHit>> hub_search(std::string_view query, int limit,
         h.downloads = m.value("downloads", std::uint64_t{0});
         h.likes = m.value("likes", std::uint64_t{0});
         h.last_modified = m.value("lastModified", std::string());
+        HubRepoFiles files{h.repo};
+        for (const auto& sibling : m.value("siblings", nlohmann::json::array()))
+            if (sibling.is_object() && sibling.contains("rfilename") &&
+                sibling["rfilename"].is_string())
+                files.files.push_back(HubFile{sibling["rfilename"].get<std::string>()});
+        detail::classify_files(files);
+        h.models = std::move(files.models);
         hits.push_back(std::move(h));
     }
     return hits;

@@ -5,19 +5,22 @@
 #include <fcntl.h>
 #include <fmt/core.h>
 #include <hf-cache.h>
-#include <openssl/evp.h>
 #include <sys/file.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <utility>
 
+#include "core/file_digest.hpp"
 #include "core/gguf_probe.hpp"
 #include "hub/hub_internal.hpp"
 #include "llamapp/fingerprint.hpp"
@@ -55,29 +58,6 @@ class ProgressRelay final : public common_download_callback {
     const std::map<std::string, std::string> path_of_url_;
 };
 
-// The git blob id of a file: SHA-1 over "blob <size>\0" and the bytes.
-Result<std::string> git_blob_id(const fs::path& path) {
-    std::error_code ec;
-    const auto size = fs::file_size(path, ec);
-    std::ifstream in(path, std::ios::binary);
-    if (ec || !in) return fail(ErrorCode::io_error, "cannot read the download", path.string());
-    std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> d(EVP_MD_CTX_new(), EVP_MD_CTX_free);
-    EVP_DigestInit_ex(d.get(), EVP_sha1(), nullptr);
-    const std::string header = fmt::format("blob {}", size);
-    EVP_DigestUpdate(d.get(), header.c_str(), header.size() + 1);
-    std::vector<char> buffer(1 << 20);
-    while (in) {
-        in.read(buffer.data(), static_cast<std::streamsize>(buffer.size()));
-        EVP_DigestUpdate(d.get(), buffer.data(), static_cast<size_t>(in.gcount()));
-    }
-    unsigned char out[EVP_MAX_MD_SIZE];
-    unsigned n = 0;
-    EVP_DigestFinal_ex(d.get(), out, &n);
-    std::string hex;
-    for (unsigned i = 0; i < n; ++i) hex += fmt::format("{:02x}", out[i]);
-    return hex;
-}
-
 // Fails closed: no digest, another size or other bytes delete the download.
 Result<void> verify(const HubFile& expected, const fs::path& blob) {
     std::error_code ec;
@@ -86,7 +66,7 @@ Result<void> verify(const HubFile& expected, const fs::path& blob) {
     if (expected.digest.size() == 64)
         digest = file_sha256(blob);
     else if (expected.digest.size() == 40)
-        digest = git_blob_id(blob);
+        digest = detail::file_git_blob_id(blob);
     std::string why;
     if (ec)
         why = "the download is missing";
@@ -102,6 +82,77 @@ Result<void> verify(const HubFile& expected, const fs::path& blob) {
     fs::remove(blob, ec);
     return fail(ErrorCode::checksum_mismatch, fmt::format("{}; the file was deleted", why),
                 expected.path);
+}
+
+std::string mebibytes(std::uint64_t bytes) {
+    return fmt::format("{:.1f} MiB", static_cast<double>(bytes) / (1 << 20));
+}
+
+std::filesystem::path partial_of(const hf_cache::hf_file& e) {
+    return e.local_path + ".downloadInProgress";  // llama.cpp's name for a transfer under way
+}
+
+// Bytes still to arrive for the files not in the cache yet, what a partial download holds
+// counted as arrived.
+std::uint64_t bytes_to_transfer(const std::vector<hf_cache::hf_file>& entries,
+                                const std::vector<HubFile>& parts) {
+    std::uint64_t need = 0;
+    for (std::size_t i = 0; i < entries.size(); ++i) {
+        if (entries[i].local_path == entries[i].final_path) continue;
+        std::error_code ec;
+        const std::uint64_t have = fs::file_size(partial_of(entries[i]), ec);
+        need += parts[i].size - std::min<std::uint64_t>(ec ? 0 : have, parts[i].size);
+    }
+    return need;
+}
+
+// Refuses a pull the disk cannot hold before a byte is transferred.
+Result<void> check_space(std::uint64_t need, const fs::path& dir) {
+    std::error_code ec;
+    const fs::space_info space = fs::space(dir, ec);
+    if (ec || need <= space.available) return {};
+    return fail(ErrorCode::io_error,
+                fmt::format("the download needs {} more and the disk has {} free", mebibytes(need),
+                            mebibytes(space.available)),
+                dir.string());
+}
+
+// Whether a transfer stopped at the disk rather than the network: a write to the partial file
+// fails too (no space, a file size limit). The byte written is taken back.
+std::optional<std::string> write_failure(const fs::path& partial) {
+    const int fd = ::open(partial.c_str(), O_WRONLY | O_CLOEXEC);
+    if (fd < 0) return std::nullopt;
+    const off_t size = ::lseek(fd, 0, SEEK_END);
+    const char byte = 0;
+    std::optional<std::string> why;
+    if (::write(fd, &byte, 1) != 1)
+        why = std::strerror(errno);
+    else if (::ftruncate(fd, size) != 0)
+        why = std::strerror(errno);
+    ::close(fd);
+    return why;
+}
+
+// A transfer that failed: what arrived stays in the partial files for the next pull to resume.
+Error transfer_failure(const std::exception& e, const std::vector<hf_cache::hf_file>& entries,
+                       const std::vector<HubFile>& parts, const HubRef& ref) {
+    if (auto ok = check_space(bytes_to_transfer(entries, parts), hub_cache_dir()); !ok) {
+        Error full = ok.error();
+        full.message += "; what arrived is kept for the next pull to resume";
+        return full;
+    }
+    for (const auto& entry : entries) {
+        const fs::path partial = partial_of(entry);
+        if (auto why = write_failure(partial))
+            return Error{ErrorCode::io_error,
+                         fmt::format("cannot write the download: {}; what arrived is kept for "
+                                     "the next pull to resume",
+                                     *why),
+                         partial.string()};
+    }
+    return Error{ErrorCode::network_error,
+                 fmt::format("{}; what arrived is kept for the next pull to resume", e.what()),
+                 ref.to_string()};
 }
 
 // What the cache holds per repository: its files as a listing, and where each one is.
@@ -230,12 +281,14 @@ Result<PulledModel> hub_pull(const HubRef& ref, const HubOptions& options) {
     std::vector<common_download_task> tasks;
     for (const auto& e : *entries)
         if (e.local_path != e.final_path) tasks.emplace_back(e, dl);
+    if (auto ok = check_space(bytes_to_transfer(*entries, *parts), hub_cache_dir()); !ok)
+        return std::unexpected(ok.error());
     try {
         common_download_run_tasks(tasks);
     } catch (const std::exception& e) {
         if (options.cancelled && options.cancelled())
             return fail(ErrorCode::cancelled, "the pull was cancelled", ref.to_string());
-        return fail(ErrorCode::network_error, e.what(), ref.to_string());
+        return std::unexpected(transfer_failure(e, *entries, *parts, ref));
     }
 
     PulledModel pulled{ref};

@@ -33,12 +33,17 @@ struct ModelEntry {
     std::shared_ptr<LoadedModel> loaded;  // ready and unloading
     std::optional<Footprint> footprint;
     float progress = 0;
+    bool downloading = false;
     int leases = 0;
     std::size_t waiting = 0;
     std::chrono::steady_clock::time_point last_used;
     std::optional<std::chrono::milliseconds> keep_alive;  // from the last request that set one
     std::thread worker;                                   // the last load's thread
 };
+
+// Architecture and capabilities from the GGUF header (failed with the reason when it is not a
+// model), the spec's overrides applied.
+void read_header(ModelEntry& e);
 
 struct ManagerState : std::enable_shared_from_this<ManagerState> {
     ModelManagerOptions options;
@@ -60,9 +65,16 @@ struct ManagerState : std::enable_shared_from_this<ManagerState> {
     ModelListing listing(const ModelEntry& e) const;
 
     // With the lock held (it is released around the estimate). On success the entry is
-    // loading and a worker thread finishes the load.
+    // loading and a worker thread finishes the load (a hub model without a file pulls first).
     Result<void> start_load(std::unique_lock<std::mutex>& lock, ModelEntry& e);
+    // The entry is loading. Estimates its footprint (the lock released) and checks the budget;
+    // returns the idle models to unload first. On failure the entry is `before` again, or
+    // failed when the estimate failed, with the error.
+    Result<std::vector<ModelEntry*>> admit(std::unique_lock<std::mutex>& lock, ModelEntry& e,
+                                           ModelStatus before);
     void run_load(ModelEntry& e, std::vector<ModelEntry*> evict);
+    // The worker of a hub model not yet pulled: pull, read its header, admit, load.
+    void pull_and_load(ModelEntry& e);
     Result<std::shared_ptr<LoadedModel>> build(ModelEntry& e);
     // The entry is unloading; without the lock. Returns once its memory is freed.
     void finish_unload(ModelEntry& e, std::chrono::milliseconds grace);

@@ -7,6 +7,7 @@
 #include <malloc.h>
 #endif
 
+#include "core/gguf_probe.hpp"
 #include "core/log_internal.hpp"
 #include "manager/manager_state.hpp"
 #include "manager/memory_budget.hpp"
@@ -58,6 +59,23 @@ Result<Footprint> estimate(const ModelEntry& e) {
 
 }  // namespace
 
+void read_header(ModelEntry& e) {
+    ModelCapabilities c{true, false};  // a hub model not pulled yet: until its header says
+    if (!e.spec.path.empty()) {
+        if (auto header = probe_gguf(e.spec.path); header) {
+            e.architecture = header->architecture;
+            c.generate = !header->pools;
+            c.embed = header->pools;
+        } else {
+            e.status = ModelStatus::failed;
+            e.error = header.error();
+        }
+    }
+    if (e.spec.generate) c.generate = *e.spec.generate;
+    if (e.spec.embed) c.embed = *e.spec.embed;
+    e.capabilities = c;
+}
+
 ModelEntry* ManagerState::find(const std::string& name) {
     return const_cast<ModelEntry*>(std::as_const(*this).find(name));
 }
@@ -85,6 +103,7 @@ ModelListing ManagerState::listing(const ModelEntry& e) const {
     l.architecture = e.architecture;
     l.status = e.status;
     l.progress = e.progress;
+    l.downloading = e.downloading;
     l.error = e.error;
     l.capabilities = e.capabilities;
     l.footprint = e.footprint;
@@ -117,6 +136,26 @@ Result<void> ManagerState::start_load(std::unique_lock<std::mutex>& lock, ModelE
     e.status = ModelStatus::loading;  // no second load starts while this one estimates
     e.progress = 0;
     e.error.reset();
+    std::thread worker;
+    if (e.spec.path.empty() && e.spec.hub) {
+        // A hub model not pulled yet: its footprint and the budget wait for the file.
+        e.downloading = true;
+        changed.notify_all();
+        worker = std::thread([this, &e] { pull_and_load(e); });
+    } else {
+        auto evict = admit(lock, e, before);
+        if (!evict) return std::unexpected(evict.error());
+        worker = std::thread([this, &e, evict = std::move(*evict)] { run_load(e, evict); });
+    }
+    std::thread previous = std::exchange(e.worker, std::move(worker));
+    lock.unlock();
+    if (previous.joinable()) previous.join();  // it finished: the entry was not loading
+    lock.lock();
+    return {};
+}
+
+Result<std::vector<ModelEntry*>> ManagerState::admit(std::unique_lock<std::mutex>& lock,
+                                                     ModelEntry& e, ModelStatus before) {
     if (!e.footprint) {
         lock.unlock();
         auto f = estimate(e);
@@ -153,12 +192,60 @@ Result<void> ManagerState::start_load(std::unique_lock<std::mutex>& lock, ModelE
     }
     resident_gauge->add(1);
     changed.notify_all();
-    std::thread previous = std::move(e.worker);
-    e.worker = std::thread([this, &e, evict = std::move(evict)] { run_load(e, evict); });
+    return evict;
+}
+
+void ManagerState::pull_and_load(ModelEntry& e) {
+    // Bytes per file (several download at once), under the manager's lock.
+    std::map<std::string, std::pair<std::uint64_t, std::uint64_t>> files;
+    int logged_tenths = -1;
+    HubOptions o = options.hub;
+    o.on_progress = [&](const HubProgress& p) {
+        std::lock_guard lock(mutex);
+        files[p.file] = {p.downloaded, p.total};
+        std::uint64_t done = 0, total = 0;
+        for (const auto& [name, bytes] : files) {
+            done += bytes.first;
+            total += bytes.second;
+        }
+        if (total == 0) return;
+        e.progress = static_cast<float>(static_cast<double>(done) / static_cast<double>(total));
+        if (const int tenths = static_cast<int>(e.progress * 10); tenths != logged_tenths) {
+            logged_tenths = tenths;
+            log(LogLevel::info, "models: '{}' pulling: {}% of {} MiB", e.spec.id, tenths * 10,
+                total >> 20);
+        }
+    };
+    o.cancelled = [this] {
+        std::lock_guard lock(mutex);
+        return stopping;
+    };
+    log(LogLevel::info, "models: '{}' is not in the hub cache: pulling {}", e.spec.id,
+        e.spec.hub->to_string());
+    auto pulled = hub_pull(*e.spec.hub, o);
+    std::unique_lock lock(mutex);
+    e.downloading = false;
+    e.progress = 0;
+    if (pulled && stopping)
+        pulled = fail(ErrorCode::shutting_down, "the model manager is stopping");
+    if (!pulled) {
+        e.status = ModelStatus::failed;
+        e.error = pulled.error();
+        log(LogLevel::warning, "models: '{}' could not be pulled: {}", e.spec.id,
+            pulled.error().describe());
+        changed.notify_all();
+        return;
+    }
+    e.spec.path = pulled->path;
+    read_header(e);
+    if (e.status == ModelStatus::failed) {
+        changed.notify_all();
+        return;
+    }
+    auto evict = admit(lock, e, ModelStatus::unloaded);
+    if (!evict) return;
     lock.unlock();
-    if (previous.joinable()) previous.join();  // it finished: the entry was not loading
-    lock.lock();
-    return {};
+    run_load(e, std::move(*evict));
 }
 
 void ManagerState::run_load(ModelEntry& e, std::vector<ModelEntry*> evict) {

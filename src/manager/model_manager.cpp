@@ -5,7 +5,6 @@
 
 #include <algorithm>
 
-#include "core/gguf_probe.hpp"
 #include "llamapp/backend.hpp"
 #include "manager/manager_state.hpp"
 
@@ -137,20 +136,16 @@ Result<void> ModelManager::add(ModelSpec spec) {
     if (auto ok = check_name(spec.id, "id"); !ok) return ok;
     for (const auto& a : spec.aliases)
         if (auto ok = check_name(a, "alias"); !ok) return ok;
-    auto entry = std::make_unique<ModelEntry>();
-    // The header alone says whether the file can be a model at all, and what it can do.
-    if (auto header = detail::probe_gguf(spec.path); header) {
-        entry->architecture = header->architecture;
-        entry->capabilities.generate = !header->pools;
-        entry->capabilities.embed = header->pools;
-    } else {
-        entry->status = ModelStatus::failed;
-        entry->error = header.error();
-    }
-    if (spec.generate) entry->capabilities.generate = *spec.generate;
-    if (spec.embed) entry->capabilities.embed = *spec.embed;
-    entry->spec = std::move(spec);
     ManagerState& s = *state_;
+    if (spec.hub && spec.path.empty()) {
+        HubOptions cache_only = s.options.hub;
+        cache_only.offline = true;
+        if (auto cached = hub_pull(*spec.hub, cache_only)) spec.path = cached->path;
+    }
+    auto entry = std::make_unique<ModelEntry>();
+    entry->spec = std::move(spec);
+    // The header alone says whether the file can be a model at all, and what it can do.
+    detail::read_header(*entry);
     std::lock_guard lock(s.mutex);
     std::vector<std::string> names = entry->spec.aliases;
     names.push_back(entry->spec.id);

@@ -37,7 +37,10 @@ json model_json(const ModelListing& m) {
                  {"active_requests", m.active_requests},
                  {"keep_alive_seconds",
                   m.keep_alive.count() < 0 ? json(nullptr) : json(m.keep_alive.count() / 1000.0)}};
-    if (m.status == ModelStatus::loading) meta["progress"] = m.progress;
+    if (m.status == ModelStatus::loading) {
+        meta["progress"] = m.progress;
+        meta["stage"] = m.downloading ? "downloading" : "loading";
+    }
     if (m.status == ModelStatus::ready) meta["idle_seconds"] = m.idle_seconds;
     if (m.expires_at) meta["expires_at"] = unix_seconds(*m.expires_at);
     json out = {{"id", m.id},

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <regex>
 #include <string>
 
@@ -54,7 +55,8 @@ TEST_F(CliHub, PullListRunServeAndRemoveAHubModel) {
     auto files = llamapp("ls test/stories");
     EXPECT_NE(files.out.find("Q8_0"), std::string::npos) << files.out;
     auto found = llamapp("search stor");
-    EXPECT_NE(found.out.find("test/stories"), std::string::npos) << found.out;
+    EXPECT_TRUE(std::regex_search(found.out, std::regex("test/stories +7 +3 +Q8_0\n")))
+        << found.out;
 
     // From the cache, with the hub out of reach.
     auto run = llamapp("run -hf test/stories:Q8_0 -p 'Once upon a time' -n 30 --temp 0 --offline",
@@ -77,6 +79,29 @@ TEST_F(CliHub, PullListRunServeAndRemoveAHubModel) {
     ASSERT_EQ(rm.status, 0) << rm.out;
     EXPECT_NE(rm.out.find("removed 1 file(s)"), std::string::npos) << rm.out;
     EXPECT_NE(llamapp("ls").out.find("(no model: the hub cache is"), std::string::npos);
+}
+
+// The disk fills up half way (a file size limit stands in for it): nothing is published, what
+// arrived is kept, and the next pull resumes from there.
+TEST_F(CliHub, ADiskThatFillsUpDuringAPullPublishesNothingAndThePullResumes) {
+    // 1024 blocks: 512 KiB in dash's units, 1 MiB in bash's; the model is 1.13 MiB.
+    auto full = llamapp::test::run_command("ulimit -f 1024 && trap '' XFSZ && " +
+                                           llamapp::test::binary("llamapp").string() +
+                                           " pull test/stories:Q8_0 2>&1");
+    EXPECT_NE(full.status, 0) << full.out;
+    EXPECT_NE(full.out.find("[io_error]"), std::string::npos) << full.out;
+    EXPECT_NE(full.out.find("cannot write the download: File too large"), std::string::npos)
+        << full.out;
+    EXPECT_NE(llamapp("ls").out.find("(no model: the hub cache is"), std::string::npos);
+    std::uintmax_t kept = 0;
+    for (const auto& e : std::filesystem::recursive_directory_iterator(cache.path()))
+        if (e.path().extension() == ".downloadInProgress") kept = e.file_size();
+    EXPECT_GT(kept, 0u);
+
+    auto pull = llamapp("pull test/stories:Q8_0");
+    ASSERT_EQ(pull.status, 0) << pull.out;
+    EXPECT_GE(hub.range_requests, 1);
+    EXPECT_NE(llamapp("ls").out.find("test/stories:stories260K-Q8_0.gguf"), std::string::npos);
 }
 
 TEST_F(CliHub, FailuresAreOneTypedLine) {

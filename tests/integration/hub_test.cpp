@@ -9,6 +9,7 @@
 
 #include "llamapp/hub.hpp"
 #include "llamapp/model.hpp"
+#include "llamapp/model_manager.hpp"
 #include "support/fake_hub.hpp"
 #include "support/paths.hpp"
 #include "support/temp_dir.hpp"
@@ -104,6 +105,33 @@ TEST_F(Hub, WrongBytesAreDeletedAndNothingEntersTheCache) {
             EXPECT_FALSE(e.is_regular_file()) << e.path();
     }
     for (const auto& c : llamapp::hub_cached_models()) EXPECT_NE(c.ref.repo, "test/corrupt");
+}
+
+// Files outside LFS are listed with their git blob id (SHA-1 of "blob <size>\0" + bytes).
+TEST_F(Hub, AFileOutsideLfsIsCheckedAgainstItsGitBlobId) {
+    hub.add("test/plain", "hello-Q8_0.gguf", "hello\n", "ce013625030ba8dba906f756967f9e9ca394464a");
+    auto pulled = llamapp::hub_pull(HubRef{"test/plain"}, options);
+    ASSERT_TRUE(pulled) << pulled.error().describe();
+    EXPECT_EQ(bytes_of(pulled->path), "hello\n");
+    hub.add("test/plain-bad", "hello-Q8_0.gguf", "hello\n",
+            "0000000000000000000000000000000000000000");
+    auto bad = llamapp::hub_pull(HubRef{"test/plain-bad"}, options);
+    ASSERT_FALSE(bad);
+    EXPECT_EQ(bad.error().code, ErrorCode::checksum_mismatch);
+    EXPECT_NE(bad.error().message.find("ce013625030ba8dba906f756967f9e9ca394464a"),
+              std::string::npos)
+        << bad.error().describe();
+}
+
+TEST_F(Hub, APullTheDiskCannotHoldIsRefusedBeforeAnyTransfer) {
+    hub.add("test/huge", "huge-Q8_0.gguf", "GGUF", "", std::uint64_t{1} << 60);
+    auto pulled = llamapp::hub_pull(HubRef{"test/huge"}, options);
+    ASSERT_FALSE(pulled);
+    EXPECT_EQ(pulled.error().code, ErrorCode::io_error);
+    EXPECT_NE(pulled.error().message.find("the download needs 1099511627776.0 MiB more"),
+              std::string::npos)
+        << pulled.error().describe();
+    EXPECT_EQ(hub.file_requests, 0);
 }
 
 TEST_F(Hub, RefusalsAreTypedAndATokenIsSent) {
@@ -206,15 +234,99 @@ TEST_F(Hub, ASplitModelPullsEveryPartAndRemovingItTakesThemAll) {
 
 TEST_F(Hub, SearchListsMatchingRepositories) {
     hub.add("someone/tiny-GGUF", "t-Q8_0.gguf", "GGUF t");
+    hub.add("someone/tiny-GGUF", "t-F16-00001-of-00002.gguf", "GGUF a");
+    hub.add("someone/tiny-GGUF", "t-F16-00002-of-00002.gguf", "GGUF b");
+    hub.add("someone/tiny-GGUF", "mmproj-t-F16.gguf", "GGUF p");
     hub.add("someone/other", "o-Q8_0.gguf", "GGUF o");
     auto hits = llamapp::hub_search("tiny", 10, options);
     ASSERT_TRUE(hits) << hits.error().describe();
     ASSERT_EQ(hits->size(), 1u);
     EXPECT_EQ((*hits)[0].repo, "someone/tiny-GGUF");
     EXPECT_EQ((*hits)[0].downloads, 7u);
+    // The model files a ref can choose: part 1 of the split set, no projector.
+    std::vector<std::string> models;
+    for (const auto& m : (*hits)[0].models) models.push_back(m.quant + "/" + m.path);
+    EXPECT_EQ(models,
+              (std::vector<std::string>{"F16/t-F16-00001-of-00002.gguf", "Q8_0/t-Q8_0.gguf"}));
     auto bad = llamapp::hub_search("tiny", 0, options);
     ASSERT_FALSE(bad);
     EXPECT_EQ(bad.error().code, ErrorCode::invalid_argument);
+}
+
+// A hub model handed to the manager: add() looks in the cache only; the first load pulls it,
+// listed as loading (downloading, with progress) meanwhile; a later manager finds it cached.
+TEST_F(Hub, AManagerPullsAHubModelOnItsFirstLoadAndFindsItInTheCacheAfterwards) {
+    const fs::path stories = llamapp::test::shared_model("stories260K.gguf");
+    hub.add_file("test/managed", "stories260K-Q8_0.gguf", stories);
+    llamapp::ModelSpec spec;
+    spec.id = "test/managed:Q8_0";
+    spec.hub = HubRef{"test/managed", "", "Q8_0"};
+    spec.source = "hub";
+    spec.engine.context.n_ctx = 256;
+    spec.engine.context.n_seq_max = 1;
+    spec.engine.context.n_threads = 1;
+    llamapp::ModelManagerOptions mo;
+    mo.hub = options;
+    auto manager = llamapp::ModelManager::create(mo);
+    ASSERT_TRUE(manager) << manager.error().describe();
+    ASSERT_TRUE((*manager)->add(spec));
+    auto before = (*manager)->find(spec.id);
+    ASSERT_TRUE(before);
+    EXPECT_EQ(before->status, llamapp::ModelStatus::unloaded);
+    EXPECT_TRUE(before->path.empty());
+    EXPECT_TRUE(before->capabilities.generate);
+    EXPECT_EQ(hub.api_calls, 0);
+
+    hub.hold_next_transfer();
+    std::optional<llamapp::Result<llamapp::ModelLease>> lease;
+    std::thread first([&] { lease = (*manager)->acquire(spec.id); });
+    std::optional<llamapp::ModelListing> during;
+    for (int i = 0; i < 6000 && !during; ++i) {
+        auto now = (*manager)->find(spec.id);
+        if (hub.transfer_held() && now && now->downloading && now->progress > 0)
+            during = *now;
+        else
+            std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    hub.release_transfer();
+    first.join();
+    ASSERT_TRUE(during) << "the pull was never seen in progress";
+    EXPECT_EQ(during->status, llamapp::ModelStatus::loading);
+    EXPECT_LT(during->progress, 1.0f);
+    ASSERT_TRUE(*lease) << (*lease).error().describe();
+    auto after = (*manager)->find(spec.id);
+    ASSERT_TRUE(after);
+    EXPECT_EQ(after->status, llamapp::ModelStatus::ready);
+    EXPECT_FALSE(after->downloading);
+    EXPECT_EQ(after->architecture, "llama");
+    EXPECT_TRUE(after->path.string().starts_with(cache_dir().string()));
+    EXPECT_EQ(bytes_of(after->path), bytes_of(stories));
+    lease.reset();
+    manager->reset();
+
+    const int calls = hub.api_calls;
+    auto second = llamapp::ModelManager::create(mo);
+    ASSERT_TRUE(second);
+    ASSERT_TRUE((*second)->add(spec));
+    EXPECT_EQ((*second)->find(spec.id)->path, after->path);
+    EXPECT_EQ((*second)->find(spec.id)->architecture, "llama");
+    EXPECT_TRUE((*second)->acquire(spec.id));
+    EXPECT_EQ(hub.api_calls, calls);
+    EXPECT_EQ(hub.file_requests, 1);
+
+    // A pull that fails leaves the model failed with the hub's error; the others still serve.
+    llamapp::ModelSpec missing = spec;
+    missing.id = "test/missing";
+    missing.hub = HubRef{"test/missing"};
+    ASSERT_TRUE((*second)->add(missing));
+    auto refused = (*second)->acquire(missing.id);
+    ASSERT_FALSE(refused);
+    EXPECT_EQ(refused.error().code, ErrorCode::model_unavailable);
+    auto failed = (*second)->find(missing.id);
+    ASSERT_TRUE(failed && failed->error);
+    EXPECT_EQ(failed->status, llamapp::ModelStatus::failed);
+    EXPECT_EQ(failed->error->code, ErrorCode::not_found);
+    EXPECT_TRUE((*second)->acquire(spec.id));
 }
 
 }  // namespace

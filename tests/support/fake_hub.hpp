@@ -7,6 +7,9 @@
 #include <nlohmann/json.hpp>
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -26,7 +29,10 @@ class FakeHub {
 
     struct File {
         std::string bytes;
-        std::string digest;  // what the listing claims; empty: the bytes' SHA-256
+        // What the listing claims: empty, the bytes' SHA-256 as an LFS file; 40 hex digits, a
+        // git blob id of a file outside LFS.
+        std::string digest;
+        std::uint64_t size = 0;  // what the listing claims; 0: the bytes' size
     };
 
     FakeHub() {
@@ -53,9 +59,9 @@ class FakeHub {
     std::string endpoint() const { return "http://127.0.0.1:" + std::to_string(port_) + "/"; }
 
     void add(const std::string& repo, const std::string& path, std::string bytes,
-             std::string digest = {}) {
+             std::string digest = {}, std::uint64_t listed_size = 0) {
         std::lock_guard lock(mutex_);
-        repos_[repo][path] = File{std::move(bytes), std::move(digest)};
+        repos_[repo][path] = File{std::move(bytes), std::move(digest), listed_size};
     }
     void add_file(const std::string& repo, const std::string& path,
                   const std::filesystem::path& from) {
@@ -70,6 +76,23 @@ class FakeHub {
     std::atomic<int> throttle_next{0};  // this many API calls get 429 first
     int retry_after_seconds = 1;
     std::atomic<int> cut_next_transfers{0};  // this many downloads stop half way
+
+    // The next download sends half its bytes, then waits for release_transfer() (60 s at most).
+    void hold_next_transfer() {
+        std::lock_guard lock(hold_mutex_);
+        hold_ = Hold::armed;
+    }
+    bool transfer_held() {
+        std::lock_guard lock(hold_mutex_);
+        return hold_ == Hold::waiting;
+    }
+    void release_transfer() {
+        {
+            std::lock_guard lock(hold_mutex_);
+            hold_ = Hold::released;
+        }
+        hold_changed_.notify_all();
+    }
 
     // What the client did.
     std::atomic<int> api_calls{0};
@@ -95,9 +118,16 @@ class FakeHub {
             const std::string q = req.get_param_value("search");
             nlohmann::json hits = nlohmann::json::array();
             std::lock_guard lock(mutex_);
-            for (const auto& [repo, files] : repos_)
-                if (repo.find(q) != std::string::npos)
-                    hits.push_back({{"id", repo}, {"downloads", 7}, {"likes", 3}});
+            for (const auto& [repo, files] : repos_) {
+                if (repo.find(q) == std::string::npos) continue;
+                nlohmann::json hit = {{"id", repo}, {"downloads", 7}, {"likes", 3}};
+                if (req.get_param_value("full") == "true") {
+                    hit["siblings"] = nlohmann::json::array();
+                    for (const auto& [path, f] : files)
+                        hit["siblings"].push_back({{"rfilename", path}});
+                }
+                hits.push_back(std::move(hit));
+            }
             res.set_content(hits.dump(), "application/json");
         });
         // Downloads redirect to another host, as the hub's resolve URLs redirect to its CDN.
@@ -140,11 +170,16 @@ class FakeHub {
         nlohmann::json list = nlohmann::json::array();
         for (const auto& [path, f] : repos_.at(repo)) {
             const std::string digest = f.digest.empty() ? sha256_hex(f.bytes) : f.digest;
+            const std::uint64_t size = f.size ? f.size : f.bytes.size();
+            if (digest.size() == 40) {  // a git blob id: a file outside LFS
+                list.push_back({{"type", "file"}, {"path", path}, {"size", size}, {"oid", digest}});
+                continue;
+            }
             list.push_back({{"type", "file"},
                             {"path", path},
-                            {"size", f.bytes.size()},
+                            {"size", size},
                             {"oid", "1111111111111111111111111111111111111111"},
-                            {"lfs", {{"oid", digest}, {"size", f.bytes.size()}}}});
+                            {"lfs", {{"oid", digest}, {"size", size}}}});
         }
         return list;
     }
@@ -175,8 +210,31 @@ class FakeHub {
                 });
             return;
         }
+        if (req.method == "GET" && take_hold()) return serve_held(bytes, res);
         res.set_header("Accept-Ranges", "bytes");
         res.set_content(bytes, "application/octet-stream");
+    }
+
+    bool take_hold() {
+        std::lock_guard lock(hold_mutex_);
+        if (hold_ != Hold::armed) return false;
+        hold_ = Hold::sending;
+        return true;
+    }
+
+    void serve_held(const std::string& bytes, httplib::Response& res) {
+        const std::size_t half = bytes.size() / 2;
+        res.set_content_provider(
+            bytes.size(), "application/octet-stream",
+            [this, bytes, half](std::size_t offset, std::size_t, httplib::DataSink& sink) {
+                if (offset < half) return sink.write(bytes.data() + offset, half - offset);
+                std::unique_lock lock(hold_mutex_);
+                hold_ = Hold::waiting;
+                hold_changed_.wait_for(lock, std::chrono::seconds(60),
+                                       [this] { return hold_ == Hold::released; });
+                lock.unlock();
+                return sink.write(bytes.data() + offset, bytes.size() - offset);
+            });
     }
 
     httplib::Server api_;
@@ -187,6 +245,10 @@ class FakeHub {
     std::thread cdn_thread_;
     std::mutex mutex_;
     std::map<std::string, std::map<std::string, File>> repos_;
+    enum class Hold { none, armed, sending, waiting, released };
+    std::mutex hold_mutex_;
+    std::condition_variable hold_changed_;
+    Hold hold_ = Hold::none;
 };
 
 }  // namespace llamapp::test
