@@ -91,8 +91,11 @@ Result<nlohmann::json> hub_get_json(const std::string& path, const HubOptions& o
     if (scheme == std::string::npos ||
         (ep.compare(0, scheme, "http") && ep.compare(0, scheme, "https")))
         return fail(ErrorCode::invalid_argument, "the hub endpoint is an http(s) URL", ep);
+    auto proxy = hub_proxy_for(ep);
+    if (!proxy) return std::unexpected(proxy.error());
     const std::size_t slash = ep.find('/', scheme + 3);
     httplib::Client client(ep.substr(0, slash));
+    if (*proxy) use_proxy(client, **proxy);
     client.set_follow_location(true);
     client.set_connection_timeout(std::chrono::seconds(10));
     client.set_read_timeout(std::chrono::seconds(30));

@@ -3,10 +3,17 @@
 
 #include <nlohmann/json.hpp>
 
+#include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "llamapp/hub.hpp"
+
+namespace httplib {
+class Client;
+}
 
 namespace llamapp::detail {
 
@@ -37,5 +44,30 @@ bool is_model_file(std::string_view path);
 
 // Fills `models` and each file's quant and split count from `files`.
 void classify_files(HubRepoFiles& listing);
+
+// The cache's folder for a repository: "models--owner--name".
+std::string repo_folder(std::string_view repo);
+
+// --- proxies (hub_proxy.cpp) ---
+
+struct HubProxy {
+    std::string host;
+    int port = 0;
+    std::string user;  // basic authentication, from user:password@ in the proxy's URL
+    std::string password;
+    std::vector<std::string> no_proxy;  // NO_PROXY's entries, checked again per request
+};
+
+// The host of an http(s) URL.
+std::string url_host(std::string_view url);
+
+// The proxy requests to `url` go through: https_proxy / HTTPS_PROXY for https URLs, http_proxy
+// / HTTP_PROXY for http ones, then all_proxy / ALL_PROXY; none when unset or when NO_PROXY
+// names the host. Errors: invalid_argument (a proxy that is not http://, a bad port), naming
+// the variable.
+[[nodiscard]] Result<std::optional<HubProxy>> hub_proxy_for(
+    std::string_view url, const std::function<std::string(const char*)>& env);
+[[nodiscard]] Result<std::optional<HubProxy>> hub_proxy_for(std::string_view url);
+void use_proxy(httplib::Client& client, const HubProxy& proxy);
 
 }  // namespace llamapp::detail

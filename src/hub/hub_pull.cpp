@@ -23,6 +23,7 @@
 #include "core/file_digest.hpp"
 #include "core/gguf_probe.hpp"
 #include "hub/hub_internal.hpp"
+#include "hub/hub_transfer.hpp"
 #include "llamapp/fingerprint.hpp"
 
 namespace llamapp {
@@ -179,13 +180,10 @@ std::map<std::string, CachedRepo> cached_repos(const std::string& repo = {}) {
 class PullLock {
   public:
     static Result<PullLock> take(const std::string& repo) {
-        std::string folder = "models--" + repo;
-        for (std::size_t at = folder.find('/'); at != std::string::npos; at = folder.find('/'))
-            folder.replace(at, 1, "--");
         const fs::path dir = hub_cache_dir() / ".locks";
         std::error_code ec;
         fs::create_directories(dir, ec);
-        const fs::path path = dir / (folder + ".llamapp.lock");
+        const fs::path path = dir / (detail::repo_folder(repo) + ".llamapp.lock");
         const int fd = ::open(path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644);
         if (fd < 0) return fail(ErrorCode::io_error, "cannot open the pull lock", path.string());
         if (::flock(fd, LOCK_EX) != 0) {
@@ -248,6 +246,17 @@ Result<std::vector<hf_cache::hf_file>> cache_entries(const HubRepoFiles& listing
 
 }  // namespace
 
+namespace detail {
+
+std::string repo_folder(std::string_view repo) {
+    std::string folder = "models--" + std::string(repo);
+    for (std::size_t at = folder.find('/'); at != std::string::npos; at = folder.find('/'))
+        folder.replace(at, 1, "--");
+    return folder;
+}
+
+}  // namespace detail
+
 fs::path hub_cache_dir() {
     return hf_cache::get_cache_path();
 }
@@ -267,9 +276,12 @@ Result<PulledModel> hub_pull(const HubRef& ref, const HubOptions& options) {
     if (!chosen) return std::unexpected(chosen.error());
     auto parts = detail::parts_of(*chosen, *listing);
     if (!parts) return std::unexpected(parts.error());
+    auto proxy = detail::hub_proxy_for(detail::hub_endpoint());
+    if (!proxy) return std::unexpected(proxy.error());
     auto lock = PullLock::take(ref.repo);
     if (!lock) return std::unexpected(lock.error());
-    auto entries = cache_entries(*listing, *parts, options);
+    auto entries = *proxy ? detail::cache_entries_of(*listing, *parts)
+                          : cache_entries(*listing, *parts, options);
     if (!entries) return std::unexpected(entries.error());
 
     common_download_opts dl;
@@ -283,12 +295,17 @@ Result<PulledModel> hub_pull(const HubRef& ref, const HubOptions& options) {
         if (e.local_path != e.final_path) tasks.emplace_back(e, dl);
     if (auto ok = check_space(bytes_to_transfer(*entries, *parts), hub_cache_dir()); !ok)
         return std::unexpected(ok.error());
-    try {
-        common_download_run_tasks(tasks);
-    } catch (const std::exception& e) {
-        if (options.cancelled && options.cancelled())
-            return fail(ErrorCode::cancelled, "the pull was cancelled", ref.to_string());
-        return std::unexpected(transfer_failure(e, *entries, *parts, ref));
+    if (*proxy) {
+        if (auto ok = detail::transfer_through_proxy(*entries, *parts, options, **proxy); !ok)
+            return std::unexpected(ok.error());
+    } else {
+        try {
+            common_download_run_tasks(tasks);
+        } catch (const std::exception& e) {
+            if (options.cancelled && options.cancelled())
+                return fail(ErrorCode::cancelled, "the pull was cancelled", ref.to_string());
+            return std::unexpected(transfer_failure(e, *entries, *parts, ref));
+        }
     }
 
     PulledModel pulled{ref};

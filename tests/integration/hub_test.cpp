@@ -1,5 +1,6 @@
 // The hub client against a loopback hub: pulls into a real cache directory, digests checked,
 // the hub's refusals as typed errors, resumed transfers, split models, offline use.
+#include <fmt/core.h>
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -11,6 +12,7 @@
 #include "llamapp/model.hpp"
 #include "llamapp/model_manager.hpp"
 #include "support/fake_hub.hpp"
+#include "support/fake_proxy.hpp"
 #include "support/paths.hpp"
 #include "support/temp_dir.hpp"
 
@@ -132,6 +134,42 @@ TEST_F(Hub, APullTheDiskCannotHoldIsRefusedBeforeAnyTransfer) {
               std::string::npos)
         << pulled.error().describe();
     EXPECT_EQ(hub.file_requests, 0);
+}
+
+// Behind a proxy every request goes through it: the API calls, the download and its redirect to
+// the CDN. llama.cpp's downloader has no proxy setting, so llamapp's own transfer runs, and it
+// resumes a partial file that an earlier pull left under llama.cpp's temporary name.
+TEST_F(Hub, BehindAProxyEveryRequestGoesThroughItAndAPartialFileResumes) {
+    llamapp::test::FakeProxy proxy;
+    const fs::path stories = llamapp::test::shared_model("stories260K.gguf");
+    hub.add_file("test/proxied", "stories260K-Q8_0.gguf", stories);
+    const std::string bytes = bytes_of(stories);
+    const fs::path blobs = cache_dir() / "models--test--proxied" / "blobs";
+    fs::create_directories(blobs);
+    {
+        std::ofstream out(blobs / (llamapp::sha256_hex(bytes) + ".downloadInProgress"),
+                          std::ios::binary);
+        out << bytes.substr(0, bytes.size() / 2);
+    }
+    ::setenv("HTTP_PROXY", proxy.url("user:p%40ss").c_str(), 1);
+    auto pulled = llamapp::hub_pull(HubRef{"test/proxied"}, options);
+    auto hits = llamapp::hub_search("proxied", 5, options);
+    ::unsetenv("HTTP_PROXY");
+    ASSERT_TRUE(pulled) << pulled.error().describe();
+    EXPECT_EQ(bytes_of(pulled->path), bytes);
+    EXPECT_EQ(hub.file_requests, 1);
+    EXPECT_EQ(proxy.last_range(), fmt::format("bytes={}-", bytes.size() / 2));
+    ASSERT_TRUE(hits) << hits.error().describe();
+    EXPECT_EQ(hits->size(), 1u);
+    // refs, tree, resolve (answered with a redirect), the CDN's file, search.
+    EXPECT_EQ(proxy.requests, 5);
+    EXPECT_EQ(proxy.proxy_authorization(), "Basic dXNlcjpwQHNz");  // user:p@ss
+
+    // Offline, the pulled file is found in the cache as llama.cpp's layout has it.
+    options.offline = true;
+    auto cached = llamapp::hub_pull(HubRef{"test/proxied"}, options);
+    ASSERT_TRUE(cached) << cached.error().describe();
+    EXPECT_EQ(cached->path, pulled->path);
 }
 
 TEST_F(Hub, RefusalsAreTypedAndATokenIsSent) {

@@ -1,6 +1,9 @@
 // Which file a hub reference names, decided from a listing without a network.
 #include <gtest/gtest.h>
 
+#include <map>
+#include <optional>
+
 #include "hub/hub_internal.hpp"
 
 namespace {
@@ -63,6 +66,65 @@ TEST(HubChoice, ATagMatchingSeveralModelsIsAnErrorNamingThem) {
     EXPECT_EQ(llamapp::hub_choose_file(HubRef{"o/r", "b/m-Q4_K_M.gguf"}, l)->path,
               "b/m-Q4_K_M.gguf");
     EXPECT_FALSE(llamapp::hub_choose_file(HubRef{"o/r"}, listing({"README.md"})));
+}
+
+// Proxies from an environment given as a table.
+llamapp::Result<std::optional<llamapp::detail::HubProxy>> proxy_for(
+    const std::string& url, std::map<std::string, std::string> env) {
+    return llamapp::detail::hub_proxy_for(url, [env](const char* name) {
+        auto it = env.find(name);
+        return it == env.end() ? std::string() : it->second;
+    });
+}
+
+TEST(HubProxy, TheSchemesVariableThenAllProxyLowerCaseFirst) {
+    auto none = proxy_for("https://huggingface.co/", {{"HTTP_PROXY", "http://p:1"}});
+    ASSERT_TRUE(none);
+    EXPECT_FALSE(*none);
+    auto https = proxy_for("https://huggingface.co/",
+                           {{"HTTPS_PROXY", "http://upper:3128"}, {"https_proxy", "lower:8080"}});
+    ASSERT_TRUE(https && *https);
+    EXPECT_EQ((*https)->host, "lower");
+    EXPECT_EQ((*https)->port, 8080);
+    auto all = proxy_for("http://mirror.local/", {{"ALL_PROXY", "http://u:s%3Dx@[::1]:9"}});
+    ASSERT_TRUE(all && *all);
+    EXPECT_EQ((*all)->host, "::1");
+    EXPECT_EQ((*all)->port, 9);
+    EXPECT_EQ((*all)->user, "u");
+    EXPECT_EQ((*all)->password, "s=x");
+    auto bare = proxy_for("http://h/", {{"http_proxy", "proxy.corp"}});
+    ASSERT_TRUE(bare && *bare);
+    EXPECT_EQ((*bare)->port, 1080);
+}
+
+TEST(HubProxy, NoProxyNamesHostsAndTheirSubdomains) {
+    const std::map<std::string, std::string> env{
+        {"HTTPS_PROXY", "http://p:1"}, {"NO_PROXY", "localhost, .internal.org,cdn.example:443"}};
+    for (const char* direct : {"https://localhost/", "https://hub.internal.org/",
+                               "https://internal.org/", "https://cdn.example/x"}) {
+        auto p = proxy_for(direct, env);
+        ASSERT_TRUE(p);
+        EXPECT_FALSE(*p) << direct;
+    }
+    for (const char* proxied : {"https://huggingface.co/", "https://notinternal.org/"}) {
+        auto p = proxy_for(proxied, env);
+        ASSERT_TRUE(p);
+        EXPECT_TRUE(*p) << proxied;
+    }
+    auto star = proxy_for("https://huggingface.co/", {{"HTTPS_PROXY", "p:1"}, {"no_proxy", "*"}});
+    ASSERT_TRUE(star);
+    EXPECT_FALSE(*star);
+}
+
+TEST(HubProxy, WhatCannotBeUsedIsRefusedNamingTheVariable) {
+    auto socks = proxy_for("https://h/", {{"HTTPS_PROXY", "socks5://p:1080"}});
+    ASSERT_FALSE(socks);
+    EXPECT_EQ(socks.error().code, ErrorCode::invalid_argument);
+    EXPECT_EQ(socks.error().context, "HTTPS_PROXY");
+    auto port = proxy_for("http://h/", {{"http_proxy", "http://p:99999"}});
+    ASSERT_FALSE(port);
+    EXPECT_EQ(port.error().context, "http_proxy");
+    EXPECT_FALSE(proxy_for("http://h/", {{"http_proxy", "http://:80"}}));
 }
 
 }  // namespace
