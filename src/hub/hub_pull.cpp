@@ -89,10 +89,6 @@ std::string mebibytes(std::uint64_t bytes) {
     return fmt::format("{:.1f} MiB", static_cast<double>(bytes) / (1 << 20));
 }
 
-std::filesystem::path partial_of(const hf_cache::hf_file& e) {
-    return e.local_path + ".downloadInProgress";  // llama.cpp's name for a transfer under way
-}
-
 // Bytes still to arrive for the files not in the cache yet, what a partial download holds
 // counted as arrived.
 std::uint64_t bytes_to_transfer(const std::vector<hf_cache::hf_file>& entries,
@@ -101,7 +97,7 @@ std::uint64_t bytes_to_transfer(const std::vector<hf_cache::hf_file>& entries,
     for (std::size_t i = 0; i < entries.size(); ++i) {
         if (entries[i].local_path == entries[i].final_path) continue;
         std::error_code ec;
-        const std::uint64_t have = fs::file_size(partial_of(entries[i]), ec);
+        const std::uint64_t have = fs::file_size(detail::partial_download(entries[i]), ec);
         need += parts[i].size - std::min<std::uint64_t>(ec ? 0 : have, parts[i].size);
     }
     return need;
@@ -143,7 +139,7 @@ Error transfer_failure(const std::exception& e, const std::vector<hf_cache::hf_f
         return full;
     }
     for (const auto& entry : entries) {
-        const fs::path partial = partial_of(entry);
+        const fs::path partial = detail::partial_download(entry);
         if (auto why = write_failure(partial))
             return Error{ErrorCode::io_error,
                          fmt::format("cannot write the download: {}; what arrived is kept for "

@@ -92,6 +92,10 @@ bool attempt_fetch(httplib::Client& client, const std::string& target,
 
 }  // namespace
 
+fs::path partial_download(const hf_cache::hf_file& entry) {
+    return entry.local_path + ".downloadInProgress";
+}
+
 Result<std::vector<hf_cache::hf_file>> cache_entries_of(const HubRepoFiles& listing,
                                                         const std::vector<HubFile>& parts) {
     const fs::path repo_dir = hub_cache_dir() / repo_folder(listing.repo);
@@ -134,7 +138,7 @@ Result<void> transfer_through_proxy(const std::vector<hf_cache::hf_file>& entrie
         client.set_read_timeout(std::chrono::seconds(60));
         httplib::Headers headers{{"User-Agent", "llamapp/" + llama_build_info()}};
         if (!options.token.empty()) headers.emplace("Authorization", "Bearer " + options.token);
-        const fs::path partial = e.local_path + ".downloadInProgress";
+        const fs::path partial = partial_download(e);
         std::error_code ec;
         fs::create_directories(partial.parent_path(), ec);
         bool done = false;

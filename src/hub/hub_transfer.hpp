@@ -4,11 +4,16 @@
 
 #include <hf-cache.h>
 
+#include <filesystem>
 #include <vector>
 
 #include "hub/hub_internal.hpp"
 
 namespace llamapp::detail {
+
+// Where a download of `entry` is written until it completes: llama.cpp's name, so that either
+// downloader resumes the other's partial file.
+std::filesystem::path partial_download(const hf_cache::hf_file& entry);
 
 // llama.cpp's cache entries for `parts` at `listing.commit`, computed without asking the hub
 // again; the commit is recorded as refs/main, as llama.cpp records it.
