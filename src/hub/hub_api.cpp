@@ -8,8 +8,7 @@
 #include <cstdlib>
 #include <thread>
 
-#include "hub/hub_internal.hpp"
-#include "llamapp/backend.hpp"
+#include "hub/hub_http.hpp"
 
 namespace llamapp {
 namespace detail {
@@ -58,22 +57,27 @@ Result<nlohmann::json> answer(const httplib::Result& res, const std::string& wha
             return fail(ErrorCode::network_error, "the hub answered with malformed JSON", what);
         return j;
     }
-    if (status == 401 || status == 403)
-        return fail(ErrorCode::unauthorized,
-                    fmt::format("the hub refused access ({}): a gated or private repository needs "
-                                "HF_TOKEN set to a token that may read it, and a misspelt one "
-                                "answers the same",
-                                status),
-                    what);
-    if (status == 404) return fail(ErrorCode::not_found, "the hub has no such repository", what);
-    if (status == 429)
-        return fail(ErrorCode::rate_limited, "the hub asks to slow down",
-                    fmt::format("retry after {} s", retry_after_seconds(res)));
-    return fail(ErrorCode::network_error, fmt::format("the hub answered {}: {}", status, detail),
-                what);
+    return std::unexpected(hub_status_error(status, detail, what, retry_after_seconds(res)));
 }
 
 }  // namespace
+
+Error hub_status_error(int status, std::string_view detail, const std::string& what,
+                       long retry_after) {
+    if (status == 401 || status == 403)
+        return Error{ErrorCode::unauthorized,
+                     fmt::format("the hub refused access ({}): a gated or private repository "
+                                 "needs HF_TOKEN set to a token that may read it, and a misspelt "
+                                 "one answers the same",
+                                 status),
+                     what};
+    if (status == 404) return Error{ErrorCode::not_found, "the hub has no such repository", what};
+    if (status == 429)
+        return Error{ErrorCode::rate_limited, "the hub asks to slow down",
+                     fmt::format("retry after {} s", retry_after)};
+    return Error{ErrorCode::network_error, fmt::format("the hub answered {}: {}", status, detail),
+                 what};
+}
 
 std::string hub_endpoint() {
     std::string ep = env("MODEL_ENDPOINT");
@@ -93,16 +97,12 @@ Result<nlohmann::json> hub_get_json(const std::string& path, const HubOptions& o
         return fail(ErrorCode::invalid_argument, "the hub endpoint is an http(s) URL", ep);
     auto proxy = hub_proxy_for(ep);
     if (!proxy) return std::unexpected(proxy.error());
-    const std::size_t slash = ep.find('/', scheme + 3);
-    httplib::Client client(ep.substr(0, slash));
-    if (*proxy) use_proxy(client, **proxy);
-    client.set_follow_location(true);
-    client.set_connection_timeout(std::chrono::seconds(10));
-    client.set_read_timeout(std::chrono::seconds(30));
-    httplib::Headers headers{{"User-Agent", "llamapp/" + llama_build_info()},
-                             {"Accept", "application/json"}};
-    if (!options.token.empty()) headers.emplace("Authorization", "Bearer " + options.token);
-    const std::string target = ep.substr(slash) + path;
+    const auto [origin, base] = split_url(ep);
+    httplib::Client client(origin);
+    configure_hub_client(client, *proxy, std::chrono::seconds(30));
+    httplib::Headers headers = hub_headers(options);
+    headers.emplace("Accept", "application/json");
+    const std::string target = base + path;
     for (int attempt = 0;; ++attempt) {
         auto res = client.Get(target, headers);
         if (!res)

@@ -11,16 +11,17 @@
 
 #include "llamapp/hub.hpp"
 
-namespace httplib {
-class Client;
-}
-
 namespace llamapp::detail {
 
 // GET <endpoint><path> as JSON. 401/403 → unauthorized, 404 → not_found, 429 → rate_limited
 // (waits out a Retry-After of up to 10 s twice first), other failures → network_error.
 [[nodiscard]] Result<nlohmann::json> hub_get_json(const std::string& path,
                                                   const HubOptions& options);
+
+// A refusal by the hub (any status but 200) as a typed error: 401/403 unauthorized, 404
+// not_found, 429 rate_limited (naming `retry_after`), others network_error with `detail`.
+Error hub_status_error(int status, std::string_view detail, const std::string& what,
+                       long retry_after);
 
 // The endpoint with a trailing '/', as llama.cpp's downloads compute it.
 std::string hub_endpoint();
@@ -68,6 +69,5 @@ std::string url_host(std::string_view url);
 [[nodiscard]] Result<std::optional<HubProxy>> hub_proxy_for(
     std::string_view url, const std::function<std::string(const char*)>& env);
 [[nodiscard]] Result<std::optional<HubProxy>> hub_proxy_for(std::string_view url);
-void use_proxy(httplib::Client& client, const HubProxy& proxy);
 
 }  // namespace llamapp::detail

@@ -1,11 +1,13 @@
-// Proxies from the environment, read as curl and the hub's own tools read them.
+// Proxies from the environment, read as curl and the hub's own tools read them, and the HTTP
+// client setup every hub request shares.
 #include <fmt/core.h>
 #include <httplib.h>
 
 #include <cctype>
 #include <cstdlib>
 
-#include "hub/hub_internal.hpp"
+#include "hub/hub_http.hpp"
+#include "llamapp/backend.hpp"
 
 namespace llamapp::detail {
 namespace {
@@ -137,10 +139,29 @@ Result<std::optional<HubProxy>> hub_proxy_for(std::string_view url) {
     });
 }
 
-void use_proxy(httplib::Client& client, const HubProxy& proxy) {
-    client.set_proxy(proxy.host, proxy.port);
-    if (!proxy.user.empty()) client.set_proxy_basic_auth(proxy.user, proxy.password);
-    if (!proxy.no_proxy.empty()) client.set_no_proxy(proxy.no_proxy);
+std::pair<std::string, std::string> split_url(std::string_view url) {
+    const std::size_t scheme = url.find("://");
+    const std::size_t slash = url.find('/', scheme == std::string_view::npos ? 0 : scheme + 3);
+    if (slash == std::string_view::npos) return {std::string(url), "/"};
+    return {std::string(url.substr(0, slash)), std::string(url.substr(slash))};
+}
+
+void configure_hub_client(httplib::Client& client, const std::optional<HubProxy>& proxy,
+                          std::chrono::seconds read_timeout) {
+    if (proxy) {
+        client.set_proxy(proxy->host, proxy->port);
+        if (!proxy->user.empty()) client.set_proxy_basic_auth(proxy->user, proxy->password);
+        if (!proxy->no_proxy.empty()) client.set_no_proxy(proxy->no_proxy);
+    }
+    client.set_follow_location(true);
+    client.set_connection_timeout(std::chrono::seconds(10));
+    client.set_read_timeout(read_timeout);
+}
+
+httplib::Headers hub_headers(const HubOptions& options) {
+    httplib::Headers headers{{"User-Agent", "llamapp/" + llama_build_info()}};
+    if (!options.token.empty()) headers.emplace("Authorization", "Bearer " + options.token);
+    return headers;
 }
 
 }  // namespace llamapp::detail

@@ -152,6 +152,30 @@ Error transfer_failure(const std::exception& e, const std::vector<hf_cache::hf_f
                  ref.to_string()};
 }
 
+// The entries not in the cache yet, with llama.cpp's downloader, which reports progress per
+// file through our callback.
+Result<void> download_with_llama_cpp(const std::vector<hf_cache::hf_file>& entries,
+                                     const std::vector<HubFile>& parts, const HubOptions& options,
+                                     const HubRef& ref) {
+    common_download_opts dl;
+    dl.bearer_token = options.token;
+    std::map<std::string, std::string> path_of_url;
+    for (const auto& e : entries) path_of_url[e.url] = e.path;
+    ProgressRelay relay(options, path_of_url);
+    dl.callback = &relay;
+    std::vector<common_download_task> tasks;
+    for (const auto& e : entries)
+        if (e.local_path != e.final_path) tasks.emplace_back(e, dl);
+    try {
+        common_download_run_tasks(tasks);
+    } catch (const std::exception& e) {
+        if (options.cancelled && options.cancelled())
+            return fail(ErrorCode::cancelled, "the pull was cancelled", ref.to_string());
+        return std::unexpected(transfer_failure(e, entries, parts, ref));
+    }
+    return {};
+}
+
 // What the cache holds per repository: its files as a listing, and where each one is.
 struct CachedRepo {
     HubRepoFiles listing;
@@ -279,30 +303,11 @@ Result<PulledModel> hub_pull(const HubRef& ref, const HubOptions& options) {
     auto entries = *proxy ? detail::cache_entries_of(*listing, *parts)
                           : cache_entries(*listing, *parts, options);
     if (!entries) return std::unexpected(entries.error());
-
-    common_download_opts dl;
-    dl.bearer_token = options.token;
-    std::map<std::string, std::string> path_of_url;
-    for (const auto& e : *entries) path_of_url[e.url] = e.path;
-    ProgressRelay relay(options, path_of_url);
-    dl.callback = &relay;
-    std::vector<common_download_task> tasks;
-    for (const auto& e : *entries)
-        if (e.local_path != e.final_path) tasks.emplace_back(e, dl);
     if (auto ok = check_space(bytes_to_transfer(*entries, *parts), hub_cache_dir()); !ok)
         return std::unexpected(ok.error());
-    if (*proxy) {
-        if (auto ok = detail::transfer_through_proxy(*entries, *parts, options, **proxy); !ok)
-            return std::unexpected(ok.error());
-    } else {
-        try {
-            common_download_run_tasks(tasks);
-        } catch (const std::exception& e) {
-            if (options.cancelled && options.cancelled())
-                return fail(ErrorCode::cancelled, "the pull was cancelled", ref.to_string());
-            return std::unexpected(transfer_failure(e, *entries, *parts, ref));
-        }
-    }
+    auto sent = *proxy ? detail::transfer_through_proxy(*entries, *parts, options, **proxy)
+                       : download_with_llama_cpp(*entries, *parts, options, ref);
+    if (!sent) return std::unexpected(sent.error());
 
     PulledModel pulled{ref};
     for (std::size_t i = 0; i < entries->size(); ++i) {
@@ -328,10 +333,9 @@ std::vector<CachedModel> hub_cached_models() {
     std::vector<CachedModel> out;
     for (const auto& [repo, r] : cached_repos()) {
         for (const HubFile& m : r.listing.models) {
-            auto parts = detail::parts_of(m, r.listing);
-            if (!parts) continue;  // a split model with a part missing is not loadable
-            CachedModel c{HubRef{repo, m.path}, r.location.at(m.path)};
-            for (const HubFile& p : *parts) c.bytes += p.size;
+            // A split model with a part missing is not loadable.
+            if (!detail::parts_of(m, r.listing)) continue;
+            CachedModel c{HubRef{repo, m.path}, r.location.at(m.path), m.model_bytes};
             std::error_code ec;
             c.modified = fs::last_write_time(c.path, ec);
             c.quant = m.quant;

@@ -9,9 +9,8 @@
 #include <fstream>
 #include <thread>
 
-#include "hub/hub_internal.hpp"
+#include "hub/hub_http.hpp"
 #include "hub/hub_transfer.hpp"
-#include "llamapp/backend.hpp"
 
 namespace llamapp::detail {
 namespace {
@@ -22,16 +21,6 @@ constexpr int attempts = 3;
 
 bool cancelled(const HubOptions& options) {
     return options.cancelled && options.cancelled();
-}
-
-Error refused(int status, const std::string& path) {
-    if (status == 401 || status == 403)
-        return Error{ErrorCode::unauthorized,
-                     fmt::format("the hub refused the download ({}): it needs HF_TOKEN", status),
-                     path};
-    if (status == 404) return Error{ErrorCode::not_found, "the hub has no such file", path};
-    return Error{ErrorCode::network_error, fmt::format("the download was answered {}", status),
-                 path};
 }
 
 // One attempt: appends to the partial file from where it ends. `error` is set when retrying
@@ -84,7 +73,7 @@ bool attempt_fetch(httplib::Client& client, const std::string& target,
     if (cancelled(options)) error = Error{ErrorCode::cancelled, "the pull was cancelled"};
     if (error) return false;
     if (status >= 400 && status < 500) {  // a refusal; a server's 5xx may pass on a retry
-        error = refused(status, part.path);
+        error = hub_status_error(status, "", part.path, 1);
         return false;
     }
     return res && (part.size == 0 || fs::file_size(partial, ec) == part.size);
@@ -129,15 +118,10 @@ Result<void> transfer_through_proxy(const std::vector<hf_cache::hf_file>& entrie
     for (std::size_t i = 0; i < entries.size(); ++i) {
         const hf_cache::hf_file& e = entries[i];
         if (e.local_path == e.final_path) continue;  // in the cache already
-        const std::size_t scheme = e.url.find("://");
-        const std::size_t slash = e.url.find('/', scheme + 3);
-        httplib::Client client(e.url.substr(0, slash));
-        use_proxy(client, proxy);
-        client.set_follow_location(true);
-        client.set_connection_timeout(std::chrono::seconds(10));
-        client.set_read_timeout(std::chrono::seconds(60));
-        httplib::Headers headers{{"User-Agent", "llamapp/" + llama_build_info()}};
-        if (!options.token.empty()) headers.emplace("Authorization", "Bearer " + options.token);
+        const auto [origin, target] = split_url(e.url);
+        httplib::Client client(origin);
+        configure_hub_client(client, proxy, std::chrono::seconds(60));
+        const httplib::Headers headers = hub_headers(options);
         const fs::path partial = partial_download(e);
         std::error_code ec;
         fs::create_directories(partial.parent_path(), ec);
@@ -145,8 +129,7 @@ Result<void> transfer_through_proxy(const std::vector<hf_cache::hf_file>& entrie
         for (int a = 0; a < attempts && !done; ++a) {
             if (a) std::this_thread::sleep_for(std::chrono::seconds(1));
             std::optional<Error> error;
-            done = attempt_fetch(client, e.url.substr(slash), headers, partial, parts[i], options,
-                                 error);
+            done = attempt_fetch(client, target, headers, partial, parts[i], options, error);
             if (error) return std::unexpected(*error);
         }
         if (!done)
