@@ -10,6 +10,7 @@
 #include <memory>
 
 #include "commands.hpp"
+#include "llama_flags.hpp"
 #include "options.hpp"
 
 namespace llamapp::cli {
@@ -247,12 +248,13 @@ Runner add_run(CLI::App& app) {
     add_common(*cmd, flags->common);
     add_context(*cmd, flags->context);
     add_sampling(*cmd, flags->sampling);
+    add_constraints(*cmd, flags->sampling);
     add_cache(*cmd, flags->cache);
     add_draft(*cmd, flags->draft);
     cmd->add_option("-p,--prompt", flags->prompt, "prompt text (default: a story opening)");
     cmd->add_option("-f,--file", flags->prompt_file, "read the prompt from a file");
-    cmd->add_option("-n,--n-predict", flags->n_predict,
-                    "tokens to generate (-1 = until the context is full)")
+    add_llama_option(*cmd, "--n-predict", flags->n_predict,
+                     "tokens to generate (-1 = until the context is full)")
         ->capture_default_str();
     cmd->add_option("--stop", flags->stop, "stop string (repeatable)");
     cmd->add_flag("--ignore-eos", flags->ignore_eos,

@@ -6,9 +6,11 @@
 
 #include <cstdio>
 #include <memory>
+#include <sstream>
 #include <thread>
 
 #include "commands.hpp"
+#include "llama_flags.hpp"
 #include "llamapp/server.hpp"
 #include "options.hpp"
 #include "serve_flags.hpp"
@@ -18,16 +20,33 @@ namespace llamapp::cli {
 // Flags that shape one model. On the command line they apply to every model; a section of
 // the presets file sets them for its model.
 void add_model_flags(CLI::App& cmd, ServeFlags& flags) {
-    cmd.add_option("--parallel", flags.slots, "slots: requests decoded together (-np)")
+    add_llama_option(cmd, "--parallel", flags.slots,
+                     "slots: requests decoded together (-np; -1 = auto, 4)")
+        ->capture_default_str();
+    add_sampling(cmd, flags.sampling);
+    add_llama_option(cmd, "--n-predict", flags.n_predict,
+                     "max_tokens of a request that gives none (-1 = up to --max-tokens)")
         ->capture_default_str();
     cmd.add_option("--keep-alive", flags.keep_alive,
                    "unload a model idle this long: seconds, or 30s, 5m, 2h (-1 = never)")
         ->capture_default_str();
-    cmd.add_flag("--embeddings,--embedding", flags.embeddings,
-                 "serve /v1/embeddings with generative models too (embedding models always do); "
-                 "each model then holds an embedding context as well");
-    cmd.add_option("--chat-template-file", flags.chat_template_file,
-                   "Jinja chat template to use instead of the model's");
+    add_llama_option(cmd, "--sleep-idle-seconds", flags.sleep_idle_seconds,
+                     "llama-server's name for --keep-alive in seconds");
+    add_llama_switch(cmd, "--embeddings", flags.embeddings,
+                     "serve /v1/embeddings with generative models too (embedding models always "
+                     "do); each model then holds an embedding context as well");
+    add_llama_option(cmd, "--tags", flags.tags, "informational tags of the model, a comma list")
+        ->delimiter(',');
+    add_llama_option(cmd, "--pooling", flags.pooling,
+                     "embedding pooling: none, mean, cls, last or rank (default: the model's)");
+    add_llama_option(cmd, "--chat-template", flags.chat_template,
+                     "a chat template to use instead of the model's: Jinja text, or with "
+                     "--no-jinja the name of one of llama.cpp's built-in templates");
+    add_llama_option(cmd, "--chat-template-file", flags.chat_template_file,
+                     "Jinja chat template to use instead of the model's");
+    add_llama_switch(cmd, "--jinja", flags.jinja,
+                     "render chat templates with Jinja (default; --no-jinja: llama.cpp's "
+                     "built-in templates, without tools)");
     cmd.add_option("--max-queue", flags.max_queue, "requests waiting for a slot before 429")
         ->capture_default_str();
     cmd.add_option("--min-prefill-rows", flags.min_prefill_rows,
@@ -50,23 +69,44 @@ Result<ModelSpec> model_defaults(const ServeFlags& flags) {
     if (!context) return std::unexpected(context.error());
     auto strategy = llamapp::batch_strategy(flags.batch_strategy);
     if (!strategy) return std::unexpected(strategy.error());
+    auto sampling = sampling_params(flags.sampling);
+    if (!sampling) return std::unexpected(sampling.error());
+    if (flags.slots == 0 || flags.slots < -1)
+        return fail(ErrorCode::invalid_argument, "must be -1 (auto) or at least 1", "--parallel");
     ModelSpec s;
     s.model = model_options(flags.common);
     s.engine.context = *context;
     // -c is the whole cache, as in llama-server; on the unified cache any slot may use all.
-    s.engine.context.n_seq_max = flags.slots;
+    s.engine.context.n_seq_max = flags.slots < 0 ? 4 : flags.slots;
     s.engine.max_queued_requests = flags.max_queue;
     s.engine.min_prefill_rows = flags.min_prefill_rows;
     s.engine.prefill_chunk = flags.prefill_chunk;
     s.engine.strategy = *strategy;
     apply_draft(flags.draft, s.engine);
+    s.defaults.sampling = *sampling;
+    s.defaults.max_tokens = flags.n_predict < 0 ? -1 : flags.n_predict;
+    if (flags.n_predict == 0)
+        return fail(ErrorCode::invalid_argument, "must be -1 or at least 1", "--n-predict");
     if (flags.embeddings) s.embed = true;
+    s.tags = flags.tags;
+    if (!flags.pooling.empty()) {
+        auto pooling = parse_pooling(flags.pooling);
+        if (!pooling) return std::unexpected(pooling.error());
+        s.engine.context.pooling = *pooling;
+    }
+    s.template_renderer = flags.jinja ? TemplateRenderer::jinja : TemplateRenderer::builtin;
+    s.chat_template = flags.chat_template;
     if (!flags.chat_template_file.empty()) {
         auto text = read_text_file(flags.chat_template_file, "--chat-template-file");
         if (!text) return std::unexpected(text.error());
         s.chat_template = *text;
     }
     return s;
+}
+
+std::string keep_alive_of(const ServeFlags& flags) {
+    return flags.sleep_idle_seconds >= 0 ? std::to_string(flags.sleep_idle_seconds)
+                                         : flags.keep_alive;
 }
 
 void set_model_source(ModelSpec& spec, const std::string& what) {
@@ -84,19 +124,24 @@ namespace {
 void add_serve_options(CLI::App& cmd, ServeFlags& flags) {
     ServerOptions& s = flags.server;
     add_model_flags(cmd, flags);
-    cmd.add_option("--host", s.host, "address to listen on")->capture_default_str();
-    cmd.add_option("--port", s.port, "port (0 = any free port)")->capture_default_str();
+    add_llama_option(cmd, "--host", s.host, "address to listen on")->capture_default_str();
+    add_llama_option(cmd, "--port", s.port, "port (0 = any free port)")->capture_default_str();
     cmd.add_option("--unix-socket", s.unix_socket, "listen on a unix socket instead");
-    cmd.add_option("--api-key", s.api_key, "require Authorization: Bearer KEY");
-    cmd.add_option("--api-key-file", flags.api_key_file, "read the API key from a file");
-    cmd.add_option("--alias", flags.alias,
-                   "model id in the API of the first -m model (default: the file name)");
-    cmd.add_option("--models-dir", flags.models_dir,
-                   "serve the GGUF models of this directory too, loaded on first use");
-    cmd.add_option("--models-preset", flags.models_preset,
-                   "an INI file of models with their own flags, in llama-server's format");
-    cmd.add_option("--max-models,--models-max", flags.max_models,
-                   "most models resident at once (0 = no cap)")
+    add_llama_option(cmd, "--api-key", flags.api_keys,
+                     "require Authorization: Bearer KEY (repeatable, or a comma list)")
+        ->delimiter(',');
+    add_llama_option(cmd, "--api-key-file", flags.api_key_file,
+                     "read API keys from a file, one per line");
+    add_llama_option(cmd, "--alias", flags.aliases,
+                     "names of the first -m model in the API, a comma list: the first in "
+                     "alphabetical order is its id (default: the file name)")
+        ->delimiter(',');
+    add_llama_option(cmd, "--models-dir", flags.models_dir,
+                     "serve the GGUF models of this directory too, loaded on first use");
+    add_llama_option(cmd, "--models-preset", flags.models_preset,
+                     "an INI file of models with their own flags, in llama-server's format");
+    add_llama_option(cmd, "--models-max", flags.max_models,
+                     "most models resident at once (0 = no cap)")
         ->capture_default_str();
     cmd.add_option("--memory-budget", flags.memory_budget,
                    "RAM the models may take, e.g. 8G (default: what is available at start, "
@@ -104,6 +149,18 @@ void add_serve_options(CLI::App& cmd, ServeFlags& flags) {
     cmd.add_flag("--unload-idle", flags.unload_idle,
                  "unload least recently used idle models when a load would not fit");
     cmd.add_option("--cors-origin", s.cors_origins, "allow this browser origin (repeatable)");
+    add_llama_option(cmd, "--cors-origins", flags.cors_origins,
+                     "allowed browser origins, a comma list (* = any)")
+        ->delimiter(',');
+    add_llama_switch(cmd, "--slots", s.slots_route, "serve GET /slots (--no-slots: do not)");
+    add_llama_switch(cmd, "--metrics", flags.metrics, "no effect: /metrics is always served");
+    add_llama_switch(cmd, "--cont-batching", flags.cont_batching,
+                     "no effect: llamapp always batches continuously");
+    add_llama_switch(cmd, "--kv-unified", flags.kv_unified,
+                     "no effect: slots always share one KV cache");
+    add_llama_switch(cmd, "--ui", flags.webui, "no effect as --no-ui: llamapp has no web UI");
+    add_llama_option(cmd, "--threads-http", s.http_threads,
+                     "HTTP threads (0 = one per slot and queued request)");
     cmd.add_option("--max-body-bytes", s.max_body_bytes, "largest request body")
         ->capture_default_str();
     cmd.add_option("--max-prompt-tokens", s.max_prompt_tokens, "0 = the context size");
@@ -113,27 +170,55 @@ void add_serve_options(CLI::App& cmd, ServeFlags& flags) {
     cmd.add_option("--max-embedding-inputs", s.max_embedding_inputs,
                    "most inputs per embeddings request")
         ->capture_default_str();
-    cmd.add_option("--timeout", flags.timeout_s, "per-request deadline in seconds")
+    add_llama_option(cmd, "--timeout", flags.timeout_s, "per-request deadline in seconds (-to)")
         ->capture_default_str();
     cmd.add_option("--drain-grace", flags.drain_grace_s,
                    "seconds in-flight requests get to finish on SIGTERM")
         ->capture_default_str();
 }
 
-Result<ServerOptions> server_options(const ServeFlags& flags) {
-    ServerOptions options = flags.server;
-    if (!flags.api_key_file.empty()) {
-        auto key = read_text_file(flags.api_key_file, "--api-key-file");
-        if (!key) return std::unexpected(key.error());
-        options.api_key = *key;
-        while (!options.api_key.empty() &&
-               (options.api_key.back() == '\n' || options.api_key.back() == '\r'))
-            options.api_key.pop_back();
-        // An empty key would mean no authentication at all: refuse rather than open up.
-        if (options.api_key.empty())
-            return fail(ErrorCode::invalid_argument, "the API key file is empty",
-                        flags.api_key_file);
+// What a llama-server flag asks that llamapp cannot do: refused, never ignored.
+Result<void> check_honoured(const ServeFlags& flags) {
+    if (!flags.cont_batching)
+        return fail(ErrorCode::invalid_argument, "llamapp always batches continuously",
+                    "--no-cont-batching");
+    if (!flags.kv_unified)
+        return fail(ErrorCode::invalid_argument, "llamapp's slots always share one KV cache",
+                    "--no-kv-unified");
+    if (flags.webui) return fail(ErrorCode::invalid_argument, "llamapp has no web UI", "--ui");
+    return {};
+}
+
+// Keys from --api-key and the lines of --api-key-file. An empty file would mean no
+// authentication at all: refused rather than opening up.
+Result<std::vector<std::string>> api_keys(const ServeFlags& flags) {
+    std::vector<std::string> keys;
+    for (const std::string& k : flags.api_keys)
+        if (!k.empty()) keys.push_back(k);
+    if (flags.api_key_file.empty()) return keys;
+    auto text = read_text_file(flags.api_key_file, "--api-key-file");
+    if (!text) return std::unexpected(text.error());
+    std::size_t from_file = 0;
+    std::istringstream lines(*text);
+    for (std::string line; std::getline(lines, line);) {
+        while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
+        if (line.empty()) continue;
+        keys.push_back(line);
+        ++from_file;
     }
+    if (from_file == 0)
+        return fail(ErrorCode::invalid_argument, "the API key file is empty", flags.api_key_file);
+    return keys;
+}
+
+Result<ServerOptions> server_options(const ServeFlags& flags) {
+    if (auto ok = check_honoured(flags); !ok) return std::unexpected(ok.error());
+    ServerOptions options = flags.server;
+    auto keys = api_keys(flags);
+    if (!keys) return std::unexpected(keys.error());
+    options.api_keys = std::move(*keys);
+    options.cors_origins.insert(options.cors_origins.end(), flags.cors_origins.begin(),
+                                flags.cors_origins.end());
     if (flags.timeout_s < 1 || flags.drain_grace_s < 0)
         return fail(ErrorCode::invalid_argument, "must be positive", "--timeout");
     options.request_timeout = std::chrono::seconds(flags.timeout_s);
@@ -168,7 +253,7 @@ Result<ModelManagerOptions> manager_options(const ServeFlags& flags,
     mo.max_models = flags.max_models;
     mo.unload_idle_to_fit = flags.unload_idle;
     mo.unload_grace = std::chrono::seconds(flags.drain_grace_s);
-    auto keep = parse_keep_alive(flags.keep_alive);
+    auto keep = parse_keep_alive(keep_alive_of(flags));
     if (!keep) return std::unexpected(keep.error());
     mo.keep_alive = *keep;
     mo.hub = hub_options(flags.common.offline, false);  // the manager logs a pull's progress
@@ -185,7 +270,9 @@ Result<std::vector<KnownModel>> command_line_models(const ServeFlags& flags,
                                                     const ModelSpec& defaults) {
     std::vector<KnownModel> known;
     std::vector<std::string> given = flags.common.model_paths;
-    given.insert(given.end(), flags.common.hf_refs.begin(), flags.common.hf_refs.end());
+    auto refs = hub_refs(flags.common);
+    if (!refs) return std::unexpected(refs.error());
+    given.insert(given.end(), refs->begin(), refs->end());
     if (given.empty() && flags.models_dir.empty() && flags.models_preset.empty())
         given.push_back(demo_model(true).string());
     for (const std::string& arg : given) {
@@ -195,7 +282,14 @@ Result<std::vector<KnownModel>> command_line_models(const ServeFlags& flags,
         set_model_source(s, what);
         // A hub model is named by its reference, as llama-server names a -hf model.
         s.id = eq != std::string::npos ? arg.substr(0, eq) : s.hub ? what : s.path.stem().string();
-        if (known.empty() && !flags.alias.empty()) s.id = flags.alias;
+        if (known.empty() && !flags.aliases.empty()) {
+            // As llama-server names it: the first alias in alphabetical order is the id.
+            std::vector<std::string> names = flags.aliases;
+            std::sort(names.begin(), names.end());
+            names.erase(std::unique(names.begin(), names.end()), names.end());
+            s.id = names.front();
+            s.aliases.assign(names.begin() + 1, names.end());
+        }
         known.push_back(KnownModel{std::move(s), true, false});
     }
     return known;

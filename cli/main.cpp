@@ -2,9 +2,11 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
+#include <filesystem>
 #include <map>
 
 #include "commands.hpp"
+#include "llama_flags.hpp"
 #include "options.hpp"
 
 int main(int argc, char** argv) {
@@ -28,8 +30,17 @@ int main(int argc, char** argv) {
         {"rm", hub},
         {"search", hub},
     };
+    std::vector<std::string> args = normalize_args(argc, argv);  // reversed
+    // Installed (or linked) as llama-server, it is `llamapp serve` with llama-server's flags.
+    if (std::filesystem::path(argv[0]).filename() == "llama-server") args.push_back("serve");
+    // A llama-server flag serve does not take is refused by name, before CLI11's generic error.
+    if (!args.empty() && args.back() == "serve") {
+        const std::vector<std::string> given(args.rbegin() + 1, args.rend());
+        if (auto ok = refuse_unsupported(*app.get_subcommand("serve"), given); !ok)
+            return report(ok.error());
+    }
     try {
-        app.parse(normalize_args(argc, argv));
+        app.parse(args);
     } catch (const CLI::ParseError& e) {
         return app.exit(e);
     }

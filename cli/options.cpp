@@ -8,81 +8,115 @@
 #include <map>
 #include <sstream>
 
+#include "llama_flags.hpp"
+
 namespace llamapp::cli {
 
 namespace fs = std::filesystem;
 
 void add_common(CLI::App& app, CommonFlags& flags, bool several_models) {
     if (several_models)
-        app.add_option("-m,--model", flags.model_paths,
-                       "GGUF model file, as ID=PATH to name it (repeatable; default: the demo "
-                       "model the build makes, unless --models-dir is given)");
+        add_llama_option(app, "--model", flags.model_paths,
+                         "GGUF model file, as ID=PATH to name it (repeatable; default: the demo "
+                         "model the build makes, unless --models-dir is given)");
     else
-        app.add_option("-m,--model", flags.model_path,
-                       "GGUF model file (default: the demo model the build makes)");
-    app.add_option("--hf-repo", flags.hf_refs,
-                   std::string("a model on the Hugging Face hub, owner/repo[:QUANT|:file.gguf] "
-                               "(-hf; pulled into the hub cache first") +
-                       (several_models ? "; repeatable)" : ")"));
-    app.add_flag("--offline", flags.offline,
-                 "never ask the hub: references resolve from its cache (or HF_HUB_OFFLINE=1)");
+        add_llama_option(app, "--model", flags.model_path,
+                         "GGUF model file (default: the demo model the build makes)");
+    add_llama_option(app, "--hf-repo", flags.hf_refs,
+                     std::string("a model on the Hugging Face hub, owner/repo[:QUANT|:file.gguf] "
+                                 "(-hf; pulled into the hub cache first") +
+                         (several_models ? "; repeatable)" : ")"));
+    add_llama_option(app, "--hf-file", flags.hf_file,
+                     "the file of the --hf-repo repository to take (-hff; over its :QUANT)");
+    add_llama_switch(app, "--offline", flags.offline,
+                     "never ask the hub: references resolve from its cache (or HF_HUB_OFFLINE=1)");
     app.add_option("--log-level", flags.log_level, "debug, info, warning, error or none")
         ->check(CLI::IsMember({"debug", "info", "warning", "error", "none"}));
-    app.add_option("--n-gpu-layers,--gpu-layers", flags.n_gpu_layers,
-                   "layers to offload to GPUs (-ngl; -1 = all)");
+    add_llama_switch(app, "--verbose", flags.verbose, "log everything (--log-level debug)");
+    add_llama_option(app, "--verbosity", flags.verbosity,
+                     "llama.cpp's log threshold (-lv): 0-1 errors, 2 warnings, 3 info, 4 debug");
+    add_llama_switch(app, "--log-disable", flags.log_disable, "no log lines (--log-level none)");
+    add_llama_option(app, "--n-gpu-layers", flags.n_gpu_layers,
+                     "layers to offload to GPUs (-ngl; -1, all or auto = all)")
+        ->transform(CLI::Transformer({{"all", "-1"}, {"auto", "-1"}}));
     app.add_flag("--no-mmap", flags.no_mmap, "read the model into memory instead of mapping it");
+    add_llama_option(app, "--load-mode", flags.load_mode,
+                     "auto or mmap: map the model file; none: read it into memory; mlock or "
+                     "mmap+mlock: the same, locked in RAM")
+        ->check(CLI::IsMember({"auto", "mmap", "none", "mlock", "mmap+mlock"}));
 }
 
 void add_context(CLI::App& app, ContextFlags& flags) {
-    app.add_option("-c,--ctx-size", flags.n_ctx,
-                   "context size in tokens (0 = the model's training length)")
+    add_llama_option(app, "--ctx-size", flags.n_ctx,
+                     "context size in tokens (0 = the model's training length)")
         ->capture_default_str();
-    app.add_option("-b,--batch-size", flags.n_batch, "tokens per decode call")
+    add_llama_option(app, "--batch-size", flags.n_batch, "tokens per decode call")
         ->capture_default_str();
-    app.add_option("--ubatch-size", flags.n_ubatch, "tokens per compute graph (-ub)")
+    add_llama_option(app, "--ubatch-size", flags.n_ubatch, "tokens per compute graph (-ub)")
         ->capture_default_str();
-    app.add_option("-t,--threads", flags.threads, "decode threads (0 = all cores)");
-    app.add_option("--threads-batch", flags.threads_batch, "prefill threads (-tb; 0 = same as -t)");
-    app.add_option("--flash-attn", flags.flash_attn, "flash attention: auto, on or off (-fa)")
+    add_llama_option(app, "--threads", flags.threads, "decode threads (0 = all cores)");
+    add_llama_option(app, "--threads-batch", flags.threads_batch,
+                     "prefill threads (-tb; 0 = same as -t)");
+    add_llama_option(app, "--flash-attn", flags.flash_attn,
+                     "flash attention: auto, on or off (-fa)")
+        ->transform(CLI::Transformer({{"1", "on"}, {"true", "on"}, {"0", "off"}, {"false", "off"}}))
         ->check(CLI::IsMember({"auto", "on", "off"}));
-    app.add_option("--cache-type-k", flags.cache_type_k, "KV cache type for K (-ctk)")
+    add_llama_option(app, "--cache-type-k", flags.cache_type_k, "KV cache type for K (-ctk)")
         ->capture_default_str();
-    app.add_option("--cache-type-v", flags.cache_type_v, "KV cache type for V (-ctv)")
+    add_llama_option(app, "--cache-type-v", flags.cache_type_v, "KV cache type for V (-ctv)")
         ->capture_default_str();
 }
 
 void add_sampling(CLI::App& app, SamplingFlags& flags) {
-    app.add_option("--temp,--temperature", flags.temperature, "temperature (0 = greedy)")
+    SamplingParams& p = flags.params;
+    add_llama_option(app, "--temp", p.temperature, "temperature (0 = greedy)")
         ->capture_default_str();
-    app.add_option("--top-k", flags.top_k, "top-k (0 = off)")->capture_default_str();
-    app.add_option("--top-p", flags.top_p, "top-p (1 = off)")->capture_default_str();
-    app.add_option("--min-p", flags.min_p, "min-p (0 = off)")->capture_default_str();
-    app.add_option("--typical", flags.typical_p, "typical-p (1 = off)");
-    app.add_option("--repeat-penalty", flags.repeat_penalty, "repetition penalty (1 = off)");
-    app.add_option("--repeat-last-n", flags.repeat_last_n,
-                   "tokens the penalties look back over (-1 = all)");
-    app.add_option("--presence-penalty", flags.presence_penalty, "presence penalty");
-    app.add_option("--frequency-penalty", flags.frequency_penalty, "frequency penalty");
-    app.add_option("--mirostat", flags.mirostat, "Mirostat: 0 off, 1, or 2");
-    app.add_option("-s,--seed", flags.seed, "random seed (-1 = random)");
-    app.add_option("--grammar", flags.grammar, "GBNF grammar constraining the output");
-    app.add_option("--grammar-file", flags.grammar_file, "file with a GBNF grammar");
-    app.add_option("-j,--json-schema", flags.json_schema, "JSON schema constraining the output");
+    add_llama_option(app, "--top-k", p.top_k, "top-k (0 = off)")->capture_default_str();
+    add_llama_option(app, "--top-p", p.top_p, "top-p (1 = off)")->capture_default_str();
+    add_llama_option(app, "--min-p", p.min_p, "min-p (0 = off)")->capture_default_str();
+    add_llama_option(app, "--typical", p.typical_p, "typical-p (1 = off)");
+    add_llama_option(app, "--repeat-penalty", p.repeat_penalty, "repetition penalty (1 = off)");
+    add_llama_option(app, "--repeat-last-n", p.penalty_last_n,
+                     "tokens the penalties look back over (-1 = all)");
+    add_llama_option(app, "--presence-penalty", p.presence_penalty, "presence penalty");
+    add_llama_option(app, "--frequency-penalty", p.frequency_penalty, "frequency penalty");
+    add_llama_option(app, "--dry-multiplier", p.dry_multiplier, "DRY penalty (0 = off)");
+    add_llama_option(app, "--dry-base", p.dry_base, "DRY base");
+    add_llama_option(app, "--dry-allowed-length", p.dry_allowed_length,
+                     "longest repeat DRY leaves alone");
+    add_llama_option(app, "--dry-penalty-last-n", p.dry_penalty_last_n,
+                     "tokens DRY looks back over (-1 = all)");
+    add_llama_option(app, "--dry-sequence-breaker", flags.dry_sequence_breakers,
+                     "a DRY sequence breaker (repeatable; none = no breakers)");
+    add_llama_option(app, "--xtc-probability", p.xtc_probability, "XTC probability (0 = off)");
+    add_llama_option(app, "--xtc-threshold", p.xtc_threshold, "XTC threshold");
+    add_llama_option(app, "--mirostat", p.mirostat, "Mirostat: 0 off, 1, or 2");
+    add_llama_option(app, "--mirostat-lr", p.mirostat_eta, "Mirostat learning rate (eta)");
+    add_llama_option(app, "--mirostat-ent", p.mirostat_tau, "Mirostat target entropy (tau)");
+    add_llama_option(app, "--seed", flags.seed, "random seed (-1 = random)");
+}
+
+void add_constraints(CLI::App& app, SamplingFlags& flags) {
+    add_llama_option(app, "--grammar", flags.grammar, "GBNF grammar constraining the output");
+    add_llama_option(app, "--grammar-file", flags.grammar_file, "file with a GBNF grammar");
+    add_llama_option(app, "--json-schema", flags.json_schema,
+                     "JSON schema constraining the output");
 }
 
 std::vector<std::string> normalize_args(int argc, char** argv) {
-    static const std::map<std::string, std::string> aliases = {
-        {"-ngl", "--n-gpu-layers"}, {"-ctk", "--cache-type-k"}, {"-ctv", "--cache-type-v"},
-        {"-fa", "--flash-attn"},    {"-ub", "--ubatch-size"},   {"-tb", "--threads-batch"},
-        {"-np", "--parallel"},      {"-hf", "--hf-repo"},
-    };
     std::vector<std::string> args;
-    for (int i = 1; i < argc; ++i) {
-        auto it = aliases.find(argv[i]);
-        args.push_back(it != aliases.end() ? it->second : std::string(argv[i]));
-    }
+    for (int i = 1; i < argc; ++i) args.push_back(normalize_flag(argv[i]));
     std::reverse(args.begin(), args.end());  // CLI11 parses a reversed vector
     return args;
+}
+
+Result<std::vector<std::string>> hub_refs(const CommonFlags& flags) {
+    if (flags.hf_file.empty()) return flags.hf_refs;
+    if (flags.hf_refs.size() != 1)
+        return fail(ErrorCode::invalid_argument, "--hf-file names a file of one --hf-repo",
+                    "--hf-file");
+    const std::string& repo = flags.hf_refs.front();
+    return std::vector<std::string>{repo.substr(0, repo.find(':')) + ":" + flags.hf_file};
 }
 
 namespace {
@@ -108,6 +142,13 @@ void draw_progress(float p) {
 void apply_log_level(const CommonFlags& flags) {
     LogLevel level;
     parse_log_level(flags.log_level, level);
+    if (flags.verbosity >= 0)
+        level = flags.verbosity <= 1   ? LogLevel::error
+                : flags.verbosity == 2 ? LogLevel::warning
+                : flags.verbosity == 3 ? LogLevel::info
+                                       : LogLevel::debug;
+    if (flags.verbose) level = LogLevel::debug;
+    if (flags.log_disable) level = LogLevel::none;
     set_log_level(level);
 }
 
@@ -125,17 +166,21 @@ fs::path demo_model(bool announce) {
 ModelOptions model_options(const CommonFlags& flags) {
     ModelOptions options;
     options.n_gpu_layers = flags.n_gpu_layers;
-    options.use_mmap = !flags.no_mmap;
+    const std::string& mode = flags.load_mode;
+    options.use_mmap = !flags.no_mmap && (mode == "auto" || mode.starts_with("mmap"));
+    options.use_mlock = mode.ends_with("mlock");
     return options;
 }
 
 Result<Model> load_model(const CommonFlags& flags, bool vocab_only) {
     apply_log_level(flags);
     std::string given = flags.model_path;
-    if (!flags.hf_refs.empty()) {
-        if (!given.empty() || flags.hf_refs.size() > 1)
+    auto refs = hub_refs(flags);
+    if (!refs) return std::unexpected(refs.error());
+    if (!refs->empty()) {
+        if (!given.empty() || refs->size() > 1)
             return fail(ErrorCode::invalid_argument, "one model: -m or -hf, once", "-hf");
-        given = flags.hf_refs.front();
+        given = refs->front();
     }
     fs::path path;
     if (given.empty()) {
@@ -186,8 +231,8 @@ Result<std::string> read_text_file(const std::string& path, const char* option) 
 }
 
 void add_cache(CLI::App& app, CacheFlags& flags) {
-    app.add_option("--cache-ram", flags.ram_mib,
-                   "RAM tier of the KV snapshot store, in MiB (0 = off)")
+    add_llama_option(app, "--cache-ram", flags.ram_mib,
+                     "RAM tier of the KV snapshot store, in MiB (0 = off, -1 = no limit)")
         ->capture_default_str();
     app.add_option("--cache-disk", flags.disk_dir,
                    "directory of the persistent KV snapshot tier (survives restarts)");
@@ -224,10 +269,12 @@ void apply_draft(const DraftFlags& flags, EngineOptions& options) {
 
 Result<std::shared_ptr<KvStore>> open_kv_store(const CacheFlags& flags) {
     constexpr std::uint64_t mib = 1ull << 20;
-    if (flags.ram_mib > (1ull << 24) || flags.disk_max_mib > (1ull << 32))
+    constexpr std::int64_t most_mib = 1ll << 24;
+    if (flags.ram_mib < -1 || flags.ram_mib > most_mib || flags.disk_max_mib > (1ull << 32))
         return fail(ErrorCode::invalid_argument, "cache quota out of range", "--cache-ram");
     KvStoreOptions options;
-    options.ram_bytes = flags.ram_mib * mib;
+    options.ram_bytes =
+        static_cast<std::uint64_t>(flags.ram_mib < 0 ? most_mib : flags.ram_mib) * mib;
     options.policy.min_tokens = flags.min_tokens;
     options.policy.prefill_min_tokens =
         std::max(options.policy.prefill_min_tokens, flags.min_tokens);
@@ -237,21 +284,16 @@ Result<std::shared_ptr<KvStore>> open_kv_store(const CacheFlags& flags) {
 }
 
 Result<SamplingParams> sampling_params(const SamplingFlags& f) {
-    SamplingParams p;
-    p.temperature = f.temperature;
-    p.top_k = f.top_k;
-    p.top_p = f.top_p;
-    p.min_p = f.min_p;
-    p.typical_p = f.typical_p;
-    p.repeat_penalty = f.repeat_penalty;
-    p.penalty_last_n = f.repeat_last_n;
-    p.presence_penalty = f.presence_penalty;
-    p.frequency_penalty = f.frequency_penalty;
-    p.mirostat = f.mirostat;
+    SamplingParams p = f.params;
     if (f.seed < -1 || f.seed > 0xFFFFFFFFll) {
         return fail(ErrorCode::invalid_argument, "seed must be -1 or in [0, 4294967295]", "--seed");
     }
     p.seed = f.seed < 0 ? random_seed : static_cast<std::uint32_t>(f.seed);
+    if (!f.dry_sequence_breakers.empty()) {
+        p.dry_sequence_breakers.clear();
+        for (const std::string& b : f.dry_sequence_breakers)
+            if (b != "none") p.dry_sequence_breakers.push_back(b);
+    }
     p.grammar = f.grammar;
     if (!f.grammar_file.empty()) {
         auto text = read_text_file(f.grammar_file, "--grammar-file");

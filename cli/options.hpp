@@ -14,11 +14,16 @@ struct CommonFlags {
     std::string model_path;
     std::vector<std::string> model_paths;  // serve: -m may be given several times
     std::vector<std::string> hf_refs;      // -hf: hub references, pulled before loading
+    std::string hf_file;                   // -hff: the file of the one -hf repository
     bool offline = false;                  // hub references resolve from the cache only
     // llama.cpp's own lines stay quiet by default: failures are reported as one error line.
     std::string log_level = "none";
+    bool verbose = false;  // -v: debug
+    int verbosity = -1;    // -lv N, llama.cpp's threshold (0-1 error ... 4 debug); -1 unset
+    bool log_disable = false;
     int n_gpu_layers = -1;
     bool no_mmap = false;
+    std::string load_mode = "auto";  // llama.cpp's --load-mode
 };
 
 struct ContextFlags {
@@ -34,7 +39,7 @@ struct ContextFlags {
 
 // The KV store's tiers, with llama-server's name for the RAM quota.
 struct CacheFlags {
-    std::uint64_t ram_mib = 1024;    // 0 turns the RAM tier off
+    std::int64_t ram_mib = 1024;     // 0 turns the RAM tier off; -1: no limit
     std::string disk_dir;            // empty: no disk tier
     std::uint64_t disk_max_mib = 0;  // 0: no quota
     int min_tokens = SavePolicy{}.min_tokens;
@@ -47,18 +52,11 @@ struct DraftFlags {
     int batch_rows = EngineOptions{}.draft_batch_rows;
 };
 
+// llama.cpp's sampling flags; SamplingParams' defaults are theirs.
 struct SamplingFlags {
-    float temperature = 0.8f;
-    int top_k = 40;
-    float top_p = 0.95f;
-    float min_p = 0.05f;
-    float typical_p = 1.0f;
-    float repeat_penalty = 1.0f;
-    int repeat_last_n = 64;
-    float presence_penalty = 0.0f;
-    float frequency_penalty = 0.0f;
-    int mirostat = 0;
+    SamplingParams params;
     std::int64_t seed = -1;
+    std::vector<std::string> dry_sequence_breakers;  // "none" clears the default ones
     std::string grammar;
     std::string grammar_file;
     std::string json_schema;
@@ -72,12 +70,18 @@ std::filesystem::path demo_model(bool announce);
 ModelOptions model_options(const CommonFlags& flags);
 void add_context(CLI::App& app, ContextFlags& flags);
 void add_sampling(CLI::App& app, SamplingFlags& flags);
+// --grammar, --grammar-file and --json-schema (a CLI run's; a server's requests bring theirs).
+void add_constraints(CLI::App& app, SamplingFlags& flags);
 void add_cache(CLI::App& app, CacheFlags& flags);
 void add_draft(CLI::App& app, DraftFlags& flags);
 void apply_draft(const DraftFlags& flags, EngineOptions& options);
 
-// Rewrites llama.cpp's multi-letter single-dash flags (-ngl, -ctk, ...) to long forms CLI11 knows.
+// Rewrites llama.cpp's multi-letter single-dash flags (-ngl, -ctk, ...) to long forms CLI11
+// knows (normalize_flag), reversed as CLI11 parses them.
 std::vector<std::string> normalize_args(int argc, char** argv);
+
+// The -hf references, --hf-file naming the file of the one repository given.
+[[nodiscard]] Result<std::vector<std::string>> hub_refs(const CommonFlags& flags);
 
 // Applies the log level, resolves the default demo model and loads the model (with a progress
 // bar on a terminal). Prints the demo banner when the demo model is used.

@@ -17,15 +17,26 @@ struct ServeFlags {
     ContextFlags context;
     CacheFlags cache;
     ServerOptions server;
-    int slots = 4;
+    int slots = 4;  // -1: llama-server's "auto", 4
     std::size_t max_queue = 64;
     int min_prefill_rows = EngineOptions{}.min_prefill_rows;
     int prefill_chunk = EngineOptions{}.prefill_chunk;
     std::string batch_strategy = "decode_maximal";
     DraftFlags draft;
+    SamplingFlags sampling;  // the defaults of a request that leaves a field out
+    int n_predict = -1;
+    std::vector<std::string> api_keys;  // --api-key: repeatable and comma lists
     std::string api_key_file;
+    std::vector<std::string> cors_origins;  // --cors-origins, a comma list
+    std::string chat_template;              // a template, or a built-in template's name
     std::string chat_template_file;
-    std::string alias;
+    bool jinja = true;
+    std::string pooling;
+    std::vector<std::string> aliases;  // of the first -m model: its id, then further names
+    std::vector<std::string> tags;
+    // llama-server flags llamapp takes and needs no action on: it always does what they ask.
+    bool metrics = false, cont_batching = true, kv_unified = true, webui = false;
+    int sleep_idle_seconds = -1;
     int timeout_s = 600;
     int drain_grace_s = 30;
     std::string models_dir;
@@ -43,6 +54,9 @@ void add_model_flags(CLI::App& cmd, ServeFlags& flags);
 
 // A model spec with everything but its id and path, from the per-model flags.
 [[nodiscard]] Result<ModelSpec> model_defaults(const ServeFlags& flags);
+
+// --keep-alive, or llama-server's --sleep-idle-seconds when given.
+std::string keep_alive_of(const ServeFlags& flags);
 
 // A model argument into the spec: an existing path, or a hub reference the manager finds in the
 // cache or pulls on the model's first load.

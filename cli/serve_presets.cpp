@@ -8,6 +8,7 @@
 
 #include <algorithm>
 
+#include "llama_flags.hpp"
 #include "serve_flags.hpp"
 
 namespace llamapp::cli {
@@ -15,10 +16,13 @@ namespace llamapp::cli {
 namespace {
 
 constexpr const char* honoured =
-    "model, hf-repo, alias, ctx-size, batch-size, ubatch-size, threads, threads-batch, "
-    "flash-attn, cache-type-k, cache-type-v, n-gpu-layers, mmap, parallel, keep-alive, "
-    "embeddings, chat-template-file, max-queue, prefill-chunk, min-prefill-rows, "
-    "batch-strategy, load-on-startup";
+    "model, hf-repo, hf-file, alias, tags, ctx-size, batch-size, ubatch-size, threads, "
+    "threads-batch, flash-attn, cache-type-k, cache-type-v, n-gpu-layers, load-mode, parallel, "
+    "keep-alive, sleep-idle-seconds, embeddings, pooling, chat-template, chat-template-file, "
+    "jinja, max-queue, prefill-chunk, min-prefill-rows, batch-strategy, load-on-startup, "
+    "n-predict and the sampling flags (temp, top-k, top-p, min-p, typical, seed, "
+    "repeat-penalty, repeat-last-n, presence-penalty, frequency-penalty, dry-*, xtc-*, "
+    "mirostat*)";
 
 struct Section {
     ServeFlags flags;
@@ -43,14 +47,19 @@ Result<void> apply(const common_preset& preset, Section& into, const std::string
     }
     CLI::App app{"preset"};
     ServeFlags& f = into.flags;
-    app.add_option("--model", f.common.model_path);
-    app.add_option("--hf-repo", f.common.hf_refs);
-    app.add_option("--n-gpu-layers", f.common.n_gpu_layers);
+    add_llama_option(app, "--model", f.common.model_path, "");
+    add_llama_option(app, "--hf-repo", f.common.hf_refs, "");
+    add_llama_option(app, "--hf-file", f.common.hf_file, "");
+    add_llama_option(app, "--n-gpu-layers", f.common.n_gpu_layers, "")
+        ->transform(CLI::Transformer({{"all", "-1"}, {"auto", "-1"}}));
+    add_llama_option(app, "--load-mode", f.common.load_mode, "");
     app.add_flag("--no-mmap", f.common.no_mmap);
     app.add_flag_callback("--mmap", [&f] { f.common.no_mmap = false; });
-    app.add_option("--alias", into.aliases)->delimiter(',');
+    add_llama_option(app, "--alias", into.aliases, "")->delimiter(',');
     add_context(app, f.context);
     add_model_flags(app, f);
+    // The environment is the command line's: it reaches a section through the flags it holds.
+    for (CLI::Option* o : app.get_options()) o->envname("");
     std::reverse(args.begin(), args.end());  // CLI11 parses a reversed vector
     try {
         app.parse(args);
@@ -99,16 +108,20 @@ Result<std::vector<KnownModel>> preset_models(const ServeFlags& flags) {
         Section s{flags, {}};
         s.flags.common.model_path.clear();
         s.flags.common.hf_refs.clear();
+        s.flags.common.hf_file.clear();
         for (const common_preset* p : {static_cast<const common_preset*>(&global), &preset}) {
             if (names_a_model(*p)) {  // a section's model replaces [*]'s, whichever key
                 s.flags.common.model_path.clear();
                 s.flags.common.hf_refs.clear();
+                s.flags.common.hf_file.clear();
             }
             if (auto ok = apply(*p, s, file); !ok) return std::unexpected(ok.error());
         }
+        auto refs = hub_refs(s.flags.common);
+        if (!refs) return std::unexpected(refs.error());
         const std::string what = !s.flags.common.model_path.empty() ? s.flags.common.model_path
-                                 : s.flags.common.hf_refs.empty()   ? std::string()
-                                                                    : s.flags.common.hf_refs.back();
+                                 : refs->empty()                    ? std::string()
+                                                                    : refs->back();
         if (what.empty())
             return fail(ErrorCode::invalid_argument,
                         fmt::format("[{}] names no model: give model = PATH or hf-repo = "
@@ -121,8 +134,8 @@ Result<std::vector<KnownModel>> preset_models(const ServeFlags& flags) {
         spec->aliases = s.aliases;
         set_model_source(*spec, what);
         spec->source = "preset";
-        if (s.flags.keep_alive != flags.keep_alive) {
-            auto keep = parse_keep_alive(s.flags.keep_alive);
+        if (keep_alive_of(s.flags) != keep_alive_of(flags)) {
+            auto keep = parse_keep_alive(keep_alive_of(s.flags));
             if (!keep) return std::unexpected(keep.error());
             spec->keep_alive = *keep;
         }

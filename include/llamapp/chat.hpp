@@ -79,15 +79,24 @@ enum class MissingTemplate {
     chatml,  // ChatML, the most common convention; the server and the CLI's chat use this
 };
 
+// How a template is rendered.
+enum class TemplateRenderer {
+    jinja,    // llama.cpp's Jinja engine: any template, with tools and reasoning
+    builtin,  // llama.cpp's built-in templates (llama-server's --no-jinja), chosen by name
+              // ("llama3", "chatml", ...) or recognised from the source; no tools
+};
+
 // A parsed chat template. Thread-safe after construction; cheap to copy.
 class ChatTemplate {
   public:
-    // The model's own template, or `override_source` when not empty. Errors: template_error
-    // when the model has none and no override is given (unless `missing` says chatml), or the
-    // template does not parse.
+    // The model's own template, or `override_source` when not empty (with the built-in
+    // renderer, a template name too). Errors: template_error when the model has none and no
+    // override is given (unless `missing` says chatml), or the template does not parse (built-in:
+    // is none llama.cpp knows).
     [[nodiscard]] static Result<ChatTemplate> create(
         const Model& model, const std::string& override_source = {},
-        MissingTemplate missing = MissingTemplate::fail);
+        MissingTemplate missing = MissingTemplate::fail,
+        TemplateRenderer renderer = TemplateRenderer::jinja);
 
     [[nodiscard]] Result<std::string> apply(const std::vector<ChatMessage>& messages,
                                             const ChatRenderOptions& options = {}) const;

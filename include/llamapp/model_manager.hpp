@@ -32,10 +32,18 @@ struct ModelCapabilities {
     bool embed = false;
 };
 
+// What a request that leaves a field out gets: llama-server's --temp, --top-k, -n and the rest,
+// set for the whole server or, in a presets file, per model.
+struct RequestDefaults {
+    SamplingParams sampling;  // its grammar, schema and tool calls are the request's alone
+    int max_tokens = -1;      // -1: as many as the server's limit allows (llama-server's -n)
+};
+
 struct ModelSpec {
     std::string id;  // the name requests use: letters, digits and ._-:/ (at most 128)
     std::vector<std::string> aliases;
-    std::filesystem::path path;  // the GGUF, or the first part of a split set
+    std::vector<std::string> tags;  // informational, listed (llama-server's --tags)
+    std::filesystem::path path;     // the GGUF, or the first part of a split set
     // A model from the Hugging Face hub. With `path` empty, add() looks for it in the hub cache
     // and, when it is not there, its first load pulls it (the progress is the load's).
     std::optional<HubRef> hub;
@@ -43,6 +51,8 @@ struct ModelSpec {
     ModelOptions model;         // `progress` is the manager's
     EngineOptions engine;       // `kv_store`, `metrics` and the model label are the manager's
     std::string chat_template;  // Jinja overriding the model's (empty: the model's, or ChatML)
+    TemplateRenderer template_renderer = TemplateRenderer::jinja;
+    RequestDefaults defaults;
     // What the GGUF says unless set: a model that pools (an embedding model) embeds and does
     // not generate; any other generates, and embeds only when `embed` is set, since its
     // embedding context needs compute buffers of its own (logits for a whole input).
@@ -55,6 +65,7 @@ struct ModelSpec {
 struct ModelListing {
     std::string id;
     std::vector<std::string> aliases;
+    std::vector<std::string> tags;
     std::filesystem::path path;
     std::string source;
     std::string architecture;  // from the GGUF header
@@ -114,6 +125,7 @@ class ModelLease {
     const Model& model() const;
     Engine& engine() const;  // only when capabilities().generate
     const ModelCapabilities& capabilities() const;
+    const RequestDefaults& defaults() const;
     // The chat template, or null with the reason in chat_template_error().
     const ChatTemplate* chat_template() const;
     const std::string& chat_template_error() const;

@@ -17,8 +17,9 @@ struct ServerOptions {
     std::string host = "127.0.0.1";
     int port = 8080;                        // 0 = any free port (see Server::port)
     std::string unix_socket;                // listen on this path instead of host:port
-    std::string api_key;                    // empty = no authentication
-    std::vector<std::string> cors_origins;  // empty = no CORS headers
+    std::vector<std::string> api_keys;      // any of them is accepted; none = no authentication
+    std::vector<std::string> cors_origins;  // empty = no CORS headers; "*" = any origin
+    bool slots_route = true;                // GET /slots (llama-server's --slots)
     std::size_t max_body_bytes = 8u << 20;
     int max_prompt_tokens = 0;  // 0 = the context size
     int max_tokens = 0;         // largest max_tokens a request may ask for; 0 = the context size

@@ -28,6 +28,7 @@ struct ChatTemplateState {
     Model model;
     common_chat_templates_ptr templates;
     std::string source;
+    TemplateRenderer renderer = TemplateRenderer::jinja;
 };
 
 std::optional<ChatMessage> parse_reply(const ChatParseState& state, const std::string& output,
@@ -157,6 +158,11 @@ Result<common_chat_params> apply_common(const detail::ChatTemplateState& s,
                                         std::vector<common_chat_msg> msgs,
                                         const ChatRenderOptions& options,
                                         const std::string& only_tool = {}) {
+    if (s.renderer == TemplateRenderer::builtin && !options.tools.empty())
+        return fail(ErrorCode::template_error,
+                    "tools need a Jinja chat template, and this server renders llama.cpp's "
+                    "built-in ones (--no-jinja)",
+                    "tools");
     common_chat_templates_inputs inputs;
     inputs.messages = std::move(msgs);
     inputs.add_generation_prompt = options.add_generation_prompt;
@@ -169,7 +175,7 @@ Result<common_chat_params> apply_common(const detail::ChatTemplateState& s,
         only_tool.empty() ? to_common(options.tool_choice) : COMMON_CHAT_TOOL_CHOICE_REQUIRED;
     inputs.parallel_tool_calls = options.parallel_tool_calls && only_tool.empty();
     inputs.chat_template_kwargs = options.template_variables;
-    inputs.use_jinja = true;
+    inputs.use_jinja = s.renderer == TemplateRenderer::jinja;
     inputs.reasoning_format = COMMON_REASONING_FORMAT_DEEPSEEK;
     detail::LogCapture capture;
     // One render at a time: common's template context formats the date with localtime(),
@@ -187,7 +193,7 @@ Result<common_chat_params> apply_common(const detail::ChatTemplateState& s,
 }  // namespace
 
 Result<ChatTemplate> ChatTemplate::create(const Model& model, const std::string& override_source,
-                                          MissingTemplate missing) {
+                                          MissingTemplate missing, TemplateRenderer renderer) {
     ensure_backend();
     const auto& info = model.info();
     std::string source = override_source;
@@ -203,7 +209,7 @@ Result<ChatTemplate> ChatTemplate::create(const Model& model, const std::string&
                         "the model has no chat template; pass one explicitly", info.path.string());
         }
     }
-    auto state = std::make_shared<detail::ChatTemplateState>(model, nullptr, source);
+    auto state = std::make_shared<detail::ChatTemplateState>(model, nullptr, source, renderer);
     detail::LogCapture capture;
     try {
         state->templates =

@@ -22,6 +22,7 @@ struct LoadedModel {
     std::string chat_template_error;
     std::optional<Embedder> embedder;
     ModelCapabilities capabilities;
+    RequestDefaults defaults;
 };
 
 struct ModelEntry {

@@ -29,6 +29,7 @@ EmbedderOptions embedder_options(std::int64_t n_ctx_seq, const ContextOptions& e
     o.context.n_ubatch = o.context.n_ctx;
     o.context.n_threads = engine.n_threads;
     o.context.n_threads_batch = engine.n_threads_batch;
+    o.context.pooling = engine.pooling;  // --pooling: the embedder's, not the engine's
     return o;
 }
 
@@ -98,6 +99,7 @@ ModelListing ManagerState::listing(const ModelEntry& e) const {
     ModelListing l;
     l.id = e.spec.id;
     l.aliases = e.spec.aliases;
+    l.tags = e.spec.tags;
     l.path = e.spec.path;
     l.source = e.spec.source;
     l.architecture = e.architecture;
@@ -281,6 +283,7 @@ Result<std::shared_ptr<LoadedModel>> ManagerState::build(ModelEntry& e) {
     if (!model) return std::unexpected(model.error());
     auto loaded = std::make_shared<LoadedModel>(LoadedModel{e.spec.id, std::move(*model)});
     loaded->capabilities = e.capabilities;
+    loaded->defaults = e.spec.defaults;
     if (loaded->capabilities.generate) {
         EngineOptions eo = e.spec.engine;
         eo.kv_store = options.kv_store;
@@ -289,7 +292,8 @@ Result<std::shared_ptr<LoadedModel>> ManagerState::build(ModelEntry& e) {
         auto engine = Engine::create(loaded->model, std::move(eo));
         if (!engine) return std::unexpected(engine.error());
         loaded->engine.emplace(std::move(*engine));
-        auto t = ChatTemplate::create(loaded->model, e.spec.chat_template, MissingTemplate::chatml);
+        auto t = ChatTemplate::create(loaded->model, e.spec.chat_template, MissingTemplate::chatml,
+                                      e.spec.template_renderer);
         if (t) {
             loaded->chat_template.emplace(std::move(*t));
         } else {

@@ -31,6 +31,20 @@ std::string_view to_string(ModelStatus status) {
 
 namespace {
 
+// Defaults every request of the model starts from: valid on their own, and unconstrained, since
+// a grammar or a schema is a request's own choice.
+Result<void> check_defaults(const RequestDefaults& d) {
+    if (auto ok = d.sampling.validate(); !ok) return ok;
+    const SamplingParams& s = d.sampling;
+    if (!s.grammar.empty() || !s.json_schema.empty() || !s.tool_calls.gbnf.empty())
+        return fail(ErrorCode::invalid_argument, "request defaults cannot hold a grammar",
+                    "defaults.sampling");
+    if (d.max_tokens == 0 || d.max_tokens < -1)
+        return fail(ErrorCode::invalid_argument, "max_tokens must be -1 or at least 1",
+                    "defaults.max_tokens");
+    return {};
+}
+
 Result<void> check_name(const std::string& name, const char* what) {
     const bool ok =
         !name.empty() && name.size() <= 128 &&
@@ -86,6 +100,9 @@ Engine& ModelLease::engine() const {
 const ModelCapabilities& ModelLease::capabilities() const {
     return loaded_->capabilities;
 }
+const RequestDefaults& ModelLease::defaults() const {
+    return loaded_->defaults;
+}
 const ChatTemplate* ModelLease::chat_template() const {
     return loaded_->chat_template ? &*loaded_->chat_template : nullptr;
 }
@@ -136,6 +153,7 @@ Result<void> ModelManager::add(ModelSpec spec) {
     if (auto ok = check_name(spec.id, "id"); !ok) return ok;
     for (const auto& a : spec.aliases)
         if (auto ok = check_name(a, "alias"); !ok) return ok;
+    if (auto ok = check_defaults(spec.defaults); !ok) return ok;
     ManagerState& s = *state_;
     if (spec.hub && spec.path.empty()) {
         HubOptions cache_only = s.options.hub;

@@ -328,8 +328,9 @@ void ServerState::generate(const httplib::Request& req, httplib::Response& res, 
     if (draining) throw HttpException{draining_error()};
     const json body = parse_body(req.body);
     ServedModel served = serve(body, Need::generate);
-    GenerationRequest g =
-        chat ? parse_chat(body, served.limits) : parse_completion(body, served.limits);
+    const RequestDefaults& defaults = served.lease.defaults();
+    GenerationRequest g = chat ? parse_chat(body, served.limits, defaults)
+                               : parse_completion(body, served.limits, defaults);
     ChatSubmission submitted = submit(served, g, chat);
     OpenAiReply reply(fmt::format("{}-{}", chat ? "chatcmpl" : "cmpl", next_id.fetch_add(1) + 1),
                       served.lease.id(), chat, g.logprobs, g.include_usage, submitted.prompt);

@@ -43,12 +43,16 @@ json model_json(const ModelListing& m) {
     }
     if (m.status == ModelStatus::ready) meta["idle_seconds"] = m.idle_seconds;
     if (m.expires_at) meta["expires_at"] = unix_seconds(*m.expires_at);
+    // Every name the model answers to, as llama-server lists them.
+    json names = json::array({m.id});
+    for (const std::string& a : m.aliases) names.push_back(a);
     json out = {{"id", m.id},
                 {"object", "model"},
                 {"created", 0},
                 {"owned_by", "llamapp"},
                 {"status", to_string(m.status)},
-                {"aliases", m.aliases},
+                {"aliases", std::move(names)},
+                {"tags", m.tags},
                 {"capabilities", capabilities_json(m.capabilities)},
                 {"meta", std::move(meta)}};
     if (m.error)

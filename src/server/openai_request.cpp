@@ -149,10 +149,11 @@ void parse_response_format(const json& body, SamplingParams& s) {
 }
 
 // Fields every generation request shares: sampling, limits, streaming, extensions.
-void parse_common(const json& body, const RequestLimits& limits, GenerationRequest& out,
-                  bool chat) {
+void parse_common(const json& body, const RequestLimits& limits, const RequestDefaults& defaults,
+                  GenerationRequest& out, bool chat) {
     GenerateOptions& o = out.engine.options;
     SamplingParams& s = o.sampling;
+    s = defaults.sampling;
     if (const json* v = optional_field(body, "model")) out.model = string_field(*v, "model");
     if (const json* v = optional_field(body, "stream")) out.stream = boolean(*v, "stream");
     if (const json* v = optional_field(body, "stream_options")) {
@@ -161,7 +162,8 @@ void parse_common(const json& body, const RequestLimits& limits, GenerationReque
         if (const json* u = optional_field(*v, "include_usage"))
             out.include_usage = boolean(*u, "stream_options.include_usage");
     }
-    o.max_tokens = limits.max_tokens;
+    o.max_tokens = defaults.max_tokens > 0 ? std::min(defaults.max_tokens, limits.max_tokens)
+                                           : limits.max_tokens;
     for (const char* name : {"max_tokens", "max_completion_tokens"}) {
         if (const json* v = optional_field(body, name))
             o.max_tokens = static_cast<int>(integer(*v, name, 1, limits.max_tokens));
@@ -314,9 +316,10 @@ std::string string_field(const json& value, const std::string& name) {
     return value.get<std::string>();
 }
 
-GenerationRequest parse_completion(const json& body, const RequestLimits& limits) {
+GenerationRequest parse_completion(const json& body, const RequestLimits& limits,
+                                   const RequestDefaults& defaults) {
     GenerationRequest out;
-    parse_common(body, limits, out, false);
+    parse_common(body, limits, defaults, out, false);
     const json* prompt = optional_field(body, "prompt");
     if (!prompt) reject("prompt", "'prompt' is required", "missing_required_parameter");
     if (prompt->is_string()) {
@@ -336,9 +339,10 @@ GenerationRequest parse_completion(const json& body, const RequestLimits& limits
     return out;
 }
 
-GenerationRequest parse_chat(const json& body, const RequestLimits& limits) {
+GenerationRequest parse_chat(const json& body, const RequestLimits& limits,
+                             const RequestDefaults& defaults) {
     GenerationRequest out;
-    parse_common(body, limits, out, true);
+    parse_common(body, limits, defaults, out, true);
     const json* messages = optional_field(body, "messages");
     if (!messages) reject("messages", "'messages' is required", "missing_required_parameter");
     if (!messages->is_array()) reject("messages", "'messages' must be an array", "invalid_type");

@@ -9,6 +9,7 @@
 
 #include "llamapp/chat.hpp"
 #include "llamapp/engine.hpp"
+#include "llamapp/model_manager.hpp"
 #include "server/http_error.hpp"
 
 namespace llamapp::detail {
@@ -37,8 +38,11 @@ struct GenerationRequest {
 // Parses the body text; invalid JSON is a 400 like any other bad field.
 nlohmann::json parse_body(const std::string& body);
 
-GenerationRequest parse_completion(const nlohmann::json& body, const RequestLimits& limits);
-GenerationRequest parse_chat(const nlohmann::json& body, const RequestLimits& limits);
+// A field the body leaves out takes the model's default (`defaults`).
+GenerationRequest parse_completion(const nlohmann::json& body, const RequestLimits& limits,
+                                   const RequestDefaults& defaults);
+GenerationRequest parse_chat(const nlohmann::json& body, const RequestLimits& limits,
+                             const RequestDefaults& defaults);
 
 // Typed field access for the other endpoints.
 const nlohmann::json* optional_field(const nlohmann::json& body, const char* name);

@@ -126,12 +126,16 @@ void ServerState::send_error(httplib::Response& res, const HttpError& error) con
 }
 
 bool ServerState::authorized(const httplib::Request& req) const {
-    if (options.api_key.empty()) return true;
+    if (options.api_keys.empty()) return true;
     const std::string header = req.get_header_value("Authorization");
     const std::string prefix = "Bearer ";
     if (header.size() < prefix.size() || header.compare(0, prefix.size(), prefix) != 0)
         return false;
-    return constant_time_equal(header.substr(prefix.size()), options.api_key);
+    const std::string given = header.substr(prefix.size());
+    bool known = false;  // every key is compared, so the time taken says nothing about which
+    for (const std::string& key : options.api_keys)
+        known = constant_time_equal(given, key) || known;
+    return known;
 }
 
 std::string& pending_log_fields() {
@@ -151,8 +155,9 @@ void ServerState::access_log(const std::string& method, const std::string& path,
 httplib::Server::HandlerResponse ServerState::pre_route(const httplib::Request& req,
                                                         httplib::Response& res) {
     const std::string origin = req.get_header_value("Origin");
-    if (!origin.empty() && std::find(options.cors_origins.begin(), options.cors_origins.end(),
-                                     origin) != options.cors_origins.end()) {
+    const auto& allowed = options.cors_origins;
+    if (!origin.empty() && (std::find(allowed.begin(), allowed.end(), origin) != allowed.end() ||
+                            std::find(allowed.begin(), allowed.end(), "*") != allowed.end())) {
         res.set_header("Access-Control-Allow-Origin", origin);
         res.set_header("Vary", "Origin");
         res.set_header("Access-Control-Allow-Headers", "Authorization, Content-Type");

@@ -177,25 +177,36 @@ TEST(ServerPresets, EachSectionIsAModelWithItsOwnFlags) {
     };
     const std::string ini =
         write("version = 1\n; comment\n[*]\nctx-size = 256\n\n[tale]\nmodel = " + stories +
-              "\nparallel = 2\nalias = story,kids\nload-on-startup = true\n\n"
+              "\nparallel = 2\nalias = story,kids\nload-on-startup = true\n"
+              "temp = 0\nn-predict = 3\ntags = short\n\n"
               "[tale-big]\nmodel = " +
               stories + "\nctx-size = 512\nkeep-alive = 30s\n");
     {
         ServerProcess server({"--models-preset", ini, "-t", "2", "--parallel", "3"});
         auto c = server.client();
-        const json body = {{"model", "kids"}, {"prompt", "Once upon a time"}, {"max_tokens", 4}};
-        auto r = c.Post("/v1/completions", body.dump(), "application/json");
-        ASSERT_TRUE(r);
-        EXPECT_EQ(r->status, 200) << r->body;
-        EXPECT_EQ(json::parse(r->body)["model"], "tale");
+        // The section's sampling defaults: greedy, 3 tokens, for a request that names neither.
+        const json body = {{"model", "kids"}, {"prompt", "Once upon a time"}};
+        std::string first;
+        for (int i = 0; i < 2; ++i) {
+            auto r = c.Post("/v1/completions", body.dump(), "application/json");
+            ASSERT_TRUE(r);
+            ASSERT_EQ(r->status, 200) << r->body;
+            const json reply = json::parse(r->body);
+            EXPECT_EQ(reply["model"], "tale");
+            EXPECT_EQ(reply["usage"]["completion_tokens"], 3) << r->body;
+            if (i == 0) first = reply["choices"][0]["text"];
+            EXPECT_EQ(reply["choices"][0]["text"], first) << "greedy, so the same text";
+        }
         json big = body;
         big["model"] = "tale-big";
+        big["max_tokens"] = 4;
         ASSERT_EQ(c.Post("/v1/completions", big.dump(), "application/json")->status, 200);
         std::map<std::string, json> models;
         const json listing = json::parse(c.Get("/v1/models")->body);
         for (const json& m : listing["data"]) models[m["id"]] = m;
         ASSERT_EQ(models.size(), 2u);
-        EXPECT_EQ(models["tale"]["aliases"], json({"story", "kids"}));
+        EXPECT_EQ(models["tale"]["aliases"], json({"tale", "story", "kids"}));
+        EXPECT_EQ(models["tale"]["tags"], json({"short"}));
         EXPECT_EQ(models["tale"]["meta"]["n_ctx"], 256);
         EXPECT_EQ(models["tale"]["meta"]["slots"], 2);
         EXPECT_EQ(models["tale-big"]["meta"]["n_ctx"], 512);
@@ -204,7 +215,8 @@ TEST(ServerPresets, EachSectionIsAModelWithItsOwnFlags) {
     }
     // A key llamapp cannot honour per model, and a section without a model: one line each.
     for (const auto& [text, says] : std::vector<std::pair<std::string, std::string>>{
-             {"[a]\nmodel = " + stories + "\ntemp = 0.5\n", "[a]: The following argument"},
+             {"[a]\nmodel = " + stories + "\nlora = x.gguf\n", "[a]: The following argument"},
+             {"[a]\nmodel = " + stories + "\ntemp = -1\n", "temperature"},
              {"[a]\nmodel = " + stories + "\nport = 1\n", "[a]: The following argument"},
              {"[b]\nctx-size = 64\n", "[b] names no model"},
              {"[c]\nno-such-key = 1\n", "option 'no-such-key' not recognized"}}) {

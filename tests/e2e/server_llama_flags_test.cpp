@@ -1,0 +1,139 @@
+// `llamapp serve` driven by a llama-server command line and environment: its flags mean what
+// they mean there, and one llamapp cannot honour is refused by name.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "support/command.hpp"
+#include "support/http_helpers.hpp"
+#include "support/paths.hpp"
+#include "support/server_process.hpp"
+
+namespace {
+
+using json = nlohmann::json;
+using namespace llamapp::test;
+
+json post(httplib::Client& c, const std::string& path, const json& body, int status = 200) {
+    auto r = c.Post(path, body.dump(), "application/json");
+    EXPECT_TRUE(r) << path;
+    if (!r) return {};
+    EXPECT_EQ(r->status, status) << path << ": " << r->body;
+    return json::parse(r->body, nullptr, false);
+}
+
+// Sets an environment variable for one scope (the server child inherits it).
+class ScopedEnv {
+  public:
+    ScopedEnv(const char* name, const char* value) : name_(name) { ::setenv(name, value, 1); }
+    ScopedEnv(const ScopedEnv&) = delete;
+    ScopedEnv& operator=(const ScopedEnv&) = delete;
+    ~ScopedEnv() { ::unsetenv(name_); }
+
+  private:
+    const char* name_;
+};
+
+}  // namespace
+
+// The test suite's usual llama-server line, switches it needs no action on included.
+TEST(LlamaServerFlags, ItsCommandLineSetsTheDefaultsOfEveryRequest) {
+    ServerProcess server({"-m",
+                          shared_model("stories260K.gguf").string(),
+                          "--temp",
+                          "0",
+                          "--seed",
+                          "42",
+                          "-n",
+                          "5",
+                          "-c",
+                          "512",
+                          "-np",
+                          "2",
+                          "-t",
+                          "2",
+                          "--no-slots",
+                          "--metrics",
+                          "-cb",
+                          "--no-webui",
+                          "-kvu",
+                          "-a",
+                          "tinyllama-2,fim,code",
+                          "--tags",
+                          "chat,small",
+                          "-to",
+                          "60",
+                          "-ngl",
+                          "0",
+                          "-fa",
+                          "off",
+                          "--no-jinja"});
+    auto c = server.client();
+    const json prompt_only = {{"prompt", "Once upon a time"}};
+    const json first = post(c, "/v1/completions", prompt_only);
+    EXPECT_EQ(first["usage"]["completion_tokens"], 5) << first.dump();
+    // --temp 0 is greedy: the same text again, and the same as a request asking for it.
+    EXPECT_EQ(post(c, "/v1/completions", prompt_only)["choices"][0]["text"],
+              first["choices"][0]["text"]);
+    json explicit_greedy = prompt_only;
+    explicit_greedy["temperature"] = 0;
+    explicit_greedy["max_tokens"] = 5;
+    EXPECT_EQ(post(c, "/v1/completions", explicit_greedy)["choices"][0]["text"],
+              first["choices"][0]["text"]);
+    // A field the request gives wins over the flag.
+    json three = prompt_only;
+    three["max_tokens"] = 3;
+    EXPECT_EQ(post(c, "/v1/completions", three)["usage"]["completion_tokens"], 3);
+
+    // --alias: the first name in alphabetical order is the id, every name routes.
+    const json models = get_json(c, "/v1/models");
+    ASSERT_EQ(models["data"].size(), 1u) << models.dump();
+    const json& tiny = models["data"][0];
+    EXPECT_EQ(tiny["id"], "code");
+    EXPECT_EQ(tiny["aliases"], json({"code", "fim", "tinyllama-2"})) << models.dump();
+    EXPECT_EQ(tiny["tags"], json({"chat", "small"}));
+    json chat = chat_body(4);
+    chat["model"] = "tinyllama-2";
+    EXPECT_EQ(post(c, "/v1/chat/completions", chat)["model"], "code");
+}
+
+// LLAMA_ARG_* variables do what their flags do; a flag on the command line wins.
+TEST(LlamaServerFlags, TheEnvironmentSetsWhatTheFlagsSet) {
+    ScopedEnv n_predict("LLAMA_ARG_N_PREDICT", "2");
+    ScopedEnv keys("LLAMA_API_KEY", "first,second");
+    ScopedEnv ctx("LLAMA_ARG_CTX_SIZE", "999999");
+    ServerProcess server(
+        {"-m", shared_model("stories260K.gguf").string(), "-c", "256", "-t", "2", "-np", "1"});
+    auto c = server.client();
+    const json body = {{"prompt", "Once upon a time"}, {"temperature", 0}};
+    EXPECT_EQ(c.Post("/v1/completions", body.dump(), "application/json")->status, 401);
+    for (const char* key : {"first", "second"}) {
+        c.set_bearer_token_auth(key);
+        EXPECT_EQ(post(c, "/v1/completions", body)["usage"]["completion_tokens"], 2) << key;
+    }
+    EXPECT_EQ(get_json(c, "/v1/models")["data"][0]["meta"]["n_ctx"], 256);
+}
+
+TEST(LlamaServerFlags, WhatLlamappCannotHonourIsRefusedByName) {
+    const std::string serve = binary("llamapp").string() + " serve --port 0 ";
+    const std::vector<std::pair<std::string, std::string>> cases = {
+        {serve + "--lora adapter.gguf", "--lora"},
+        {serve + "--context-shift", "--context-shift"},
+        {serve + "-nocb", "--no-cont-batching"},
+        {serve + "--model-draft d.gguf", "--model-draft"},
+        {serve + "--grammar 'root ::= \"a\"'", "--grammar"},
+        {"LLAMA_ARG_SWA_FULL=1 " + serve, "LLAMA_ARG_SWA_FULL"},
+        {serve + "--webui", "no web UI"},
+    };
+    for (const auto& [command, flag] : cases) {
+        const CommandResult r = run_command(command + " 2>&1");
+        EXPECT_EQ(r.status, 1) << command << "\n" << r.out;
+        EXPECT_NE(r.out.find(flag), std::string::npos) << command << "\n" << r.out;
+        EXPECT_NE(r.out.find("[invalid_argument]"), std::string::npos) << r.out;
+        EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << "one line:\n" << r.out;
+    }
+}
