@@ -47,6 +47,10 @@ void add_model_flags(CLI::App& cmd, ServeFlags& flags) {
     add_llama_switch(cmd, "--jinja", flags.jinja,
                      "render chat templates with Jinja (default; --no-jinja: llama.cpp's "
                      "built-in templates, without tools)");
+    add_llama_switch(cmd, "--kv-unified", flags.kv_unified,
+                     "slots share one KV cache, and a request may use all of -c (default; "
+                     "--no-kv-unified gives each slot -c / --parallel, as llama-server does "
+                     "when --parallel is set)");
     cmd.add_option("--max-queue", flags.max_queue, "requests waiting for a slot before 429")
         ->capture_default_str();
     cmd.add_option("--min-prefill-rows", flags.min_prefill_rows,
@@ -78,6 +82,7 @@ Result<ModelSpec> model_defaults(const ServeFlags& flags) {
     s.engine.context = *context;
     // -c is the whole cache, as in llama-server; on the unified cache any slot may use all.
     s.engine.context.n_seq_max = flags.slots < 0 ? 4 : flags.slots;
+    s.engine.unified_kv = flags.kv_unified;
     s.engine.max_queued_requests = flags.max_queue;
     s.engine.min_prefill_rows = flags.min_prefill_rows;
     s.engine.prefill_chunk = flags.prefill_chunk;
@@ -153,11 +158,13 @@ void add_serve_options(CLI::App& cmd, ServeFlags& flags) {
                      "allowed browser origins, a comma list (* = any)")
         ->delimiter(',');
     add_llama_switch(cmd, "--slots", s.slots_route, "serve GET /slots (--no-slots: do not)");
+    cmd.add_flag("--accept-any-model", s.accept_any_model,
+                 "with one model, serve it whatever \"model\" a request names, as llama-server "
+                 "does (default: 404 for an unknown name)")
+        ->envname("LLAMAPP_ACCEPT_ANY_MODEL");
     add_llama_switch(cmd, "--metrics", flags.metrics, "no effect: /metrics is always served");
     add_llama_switch(cmd, "--cont-batching", flags.cont_batching,
                      "no effect: llamapp always batches continuously");
-    add_llama_switch(cmd, "--kv-unified", flags.kv_unified,
-                     "no effect: slots always share one KV cache");
     add_llama_switch(cmd, "--ui", flags.webui, "no effect as --no-ui: llamapp has no web UI");
     add_llama_option(cmd, "--threads-http", s.http_threads,
                      "HTTP threads (0 = one per slot and queued request)");
@@ -182,9 +189,6 @@ Result<void> check_honoured(const ServeFlags& flags) {
     if (!flags.cont_batching)
         return fail(ErrorCode::invalid_argument, "llamapp always batches continuously",
                     "--no-cont-batching");
-    if (!flags.kv_unified)
-        return fail(ErrorCode::invalid_argument, "llamapp's slots always share one KV cache",
-                    "--no-kv-unified");
     if (flags.webui) return fail(ErrorCode::invalid_argument, "llamapp has no web UI", "--ui");
     return {};
 }

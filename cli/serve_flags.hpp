@@ -35,7 +35,8 @@ struct ServeFlags {
     std::vector<std::string> aliases;  // of the first -m model: its id, then further names
     std::vector<std::string> tags;
     // llama-server flags llamapp takes and needs no action on: it always does what they ask.
-    bool metrics = false, cont_batching = true, kv_unified = true, webui = false;
+    bool kv_unified = true;
+    bool metrics = false, cont_batching = true, webui = false;
     int sleep_idle_seconds = -1;
     int timeout_s = 600;
     int drain_grace_s = 30;

@@ -34,5 +34,7 @@ std::size_t offload_device_count();
 
 // llama.cpp version and commit this build uses.
 std::string llama_build_info();
+// The same as llama-server spells it, "b<build>-<commit>" (its system_fingerprint, build_info).
+std::string llama_build_tag();
 
 }  // namespace llamapp

@@ -124,6 +124,7 @@ struct SessionInfo {
 struct EngineStats {
     int slots = 0;
     int busy_slots = 0;
+    std::vector<bool> slot_running;  // per slot, whether a request runs on it
     std::size_t queued_requests = 0;
     std::size_t queued_tokens = 0;
     std::size_t max_queued_requests = 0;  // the queue bound

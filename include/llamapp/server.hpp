@@ -20,6 +20,8 @@ struct ServerOptions {
     std::vector<std::string> api_keys;      // any of them is accepted; none = no authentication
     std::vector<std::string> cors_origins;  // empty = no CORS headers; "*" = any origin
     bool slots_route = true;                // GET /slots (llama-server's --slots)
+    // A server of one model serves it whatever name a request gives, as llama-server does.
+    bool accept_any_model = false;
     std::size_t max_body_bytes = 8u << 20;
     int max_prompt_tokens = 0;  // 0 = the context size
     int max_tokens = 0;         // largest max_tokens a request may ask for; 0 = the context size

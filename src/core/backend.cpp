@@ -24,4 +24,8 @@ std::string llama_build_info() {
     return std::string("llama.cpp ") + llama_version() + " (commit " + llama_commit() + ")";
 }
 
+std::string llama_build_tag() {
+    return ::llama_build_info();
+}
+
 }  // namespace llamapp

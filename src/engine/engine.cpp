@@ -105,9 +105,11 @@ Result<std::unique_ptr<detail::Pending>> prepare(detail::EngineCore& s, EngineRe
     if (auto ok = detail::validate_prompt(s.model(), request.prompt); !ok)
         return std::unexpected(ok.error());
     if (static_cast<std::int64_t>(request.prompt.size()) >= s.n_ctx_seq()) {
-        return fail(
-            ErrorCode::context_overflow, "prompt does not fit in the context window",
-            fmt::format("prompt tokens={}, n_ctx={}", request.prompt.size(), s.n_ctx_seq()));
+        // llama-server's wording, which its clients look for.
+        return fail(ErrorCode::context_overflow,
+                    fmt::format("request ({} tokens) exceeds the available context size ({} "
+                                "tokens), try increasing it",
+                                request.prompt.size(), s.n_ctx_seq()));
     }
     if (request.max_prompt_tokens > 0 && request.prompt.size() > request.max_prompt_tokens) {
         return fail(ErrorCode::context_overflow,

@@ -130,6 +130,10 @@ EngineStats EngineCore::stats() const {
     EngineStats s;
     s.slots = static_cast<int>(slots_.size());
     s.busy_slots = busy_slots_.load(std::memory_order_relaxed);
+    {
+        std::lock_guard running(running_mutex_);
+        s.slot_running = slot_running_;
+    }
     s.kv_tokens = kv_tokens_.load(std::memory_order_relaxed);
     s.n_ctx = n_ctx_seq_;
     s.max_queued_requests = options_.max_queued_requests;
@@ -260,9 +264,15 @@ void EngineCore::reap() {
 void EngineCore::publish_gauges() {
     int busy = 0;
     std::int64_t kv = 0;
+    std::vector<bool> running;
     for (const auto& s : slots_) {
         busy += s.running ? 1 : 0;
+        running.push_back(s.running != nullptr);
         kv += static_cast<std::int64_t>(s.cached.size());
+    }
+    {
+        std::lock_guard lock(running_mutex_);
+        slot_running_ = std::move(running);
     }
     busy_slots_.store(busy, std::memory_order_relaxed);
     kv_tokens_.store(kv, std::memory_order_relaxed);

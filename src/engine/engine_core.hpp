@@ -10,6 +10,7 @@
 #include <future>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <utility>
@@ -189,6 +190,8 @@ class EngineCore {
     LlamaBatch batch_;
 
     std::atomic<int> busy_slots_{0};
+    mutable std::mutex running_mutex_;  // slot_running_: written by the decode thread each step
+    std::vector<bool> slot_running_;
     std::atomic<std::int64_t> kv_tokens_{0};
     std::mutex idle_mutex_;
     std::condition_variable idle_;  // signalled when nothing runs and nothing waits

@@ -5,6 +5,7 @@
 #include <chrono>
 
 #include "core/log_internal.hpp"
+#include "llamapp/backend.hpp"
 #include "server/server_state.hpp"
 
 namespace llamapp::detail {
@@ -193,7 +194,12 @@ class OpenAiReply {
 
   private:
     json envelope(const char* object) const {
-        return {{"id", id_}, {"object", object}, {"created", created_}, {"model", model_}};
+        static const std::string fingerprint = llama_build_tag();
+        return {{"id", id_},
+                {"object", object},
+                {"created", created_},
+                {"model", model_},
+                {"system_fingerprint", fingerprint}};
     }
     json chunk(json delta_or_text, const json& finish, const json& logprobs) const {
         json c = envelope(chat_ ? "chat.completion.chunk" : "text_completion");
@@ -221,42 +227,6 @@ class OpenAiReply {
     ChatPrompt prompt_;        // chat: how to parse the reply
     ChatStreamParser parser_;  // chat, streamed
     bool started_ = false;
-};
-
-// A finished generation's part of its access-log line.
-std::string log_fields(const Completion& c) {
-    const Generation& g = c.generation;
-    return fmt::format(
-        "finish={} prompt_tokens={} cached_tokens={} completion_tokens={} draft_tokens={} "
-        "draft_accepted={} queue_ms={:.1f} ttft_ms={:.1f} total_ms={:.1f}{}",
-        to_string(g.finish_reason), g.usage.prompt_tokens, g.usage.cached_tokens,
-        g.usage.completion_tokens, c.draft_tokens, c.draft_accepted, c.queue_ms, g.timings.ttft_ms,
-        g.timings.total_ms, g.error ? " error=" + std::string(to_string(g.error->code)) : "");
-}
-
-// Waits for a request's next events. Whole and streamed replies notice a departed client the
-// same way: `gone()` is asked at least every 50 ms, between events too (tokens keep arriving
-// while nobody may be left to read them), and a client that is gone cancels the request.
-class ClientWatch {
-  public:
-    // False once the final event was returned.
-    template <typename Gone>
-    bool next(RequestHandle& handle, EngineEvent& event, Gone&& gone) {
-        for (;;) {
-            const auto got = handle.next_for(event, look_every);
-            if (got == RequestHandle::Wait::closed) return false;
-            if (const auto now = std::chrono::steady_clock::now(); now >= next_look_) {
-                if (gone()) handle.cancel();
-                next_look_ = now + look_every;
-            }
-            if (got == RequestHandle::Wait::event) return true;
-        }
-    }
-
-  private:
-    static constexpr auto look_every = std::chrono::milliseconds(50);
-    std::chrono::steady_clock::time_point next_look_ =
-        std::chrono::steady_clock::now() + look_every;
 };
 
 // The request field an error from submitting names: the prompt for a prompt too long; for chat
@@ -295,6 +265,16 @@ struct Stream {
 };
 
 }  // namespace
+
+std::string log_fields(const Completion& c) {
+    const Generation& g = c.generation;
+    return fmt::format(
+        "finish={} prompt_tokens={} cached_tokens={} completion_tokens={} draft_tokens={} "
+        "draft_accepted={} queue_ms={:.1f} ttft_ms={:.1f} total_ms={:.1f}{}",
+        to_string(g.finish_reason), g.usage.prompt_tokens, g.usage.cached_tokens,
+        g.usage.completion_tokens, c.draft_tokens, c.draft_accepted, c.queue_ms, g.timings.ttft_ms,
+        g.timings.total_ms, g.error ? " error=" + std::string(to_string(g.error->code)) : "");
+}
 
 ChatSubmission ServerState::submit(const ServedModel& m, GenerationRequest& g, bool chat) {
     g.engine.options.timeout = options.request_timeout;

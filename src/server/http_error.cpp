@@ -33,8 +33,10 @@ HttpError http_error(const Error& error, std::string param, std::string code) {
         case ErrorCode::unsupported_operation:
             h.status = 400;
             break;
+        // 400 as OpenAI and llama-server answer it: OpenAI's code, llama-server's type.
         case ErrorCode::context_overflow:
-            h.status = 413;
+            h.status = 400;
+            h.type = "exceed_context_size_error";
             h.code = "context_length_exceeded";
             break;
         case ErrorCode::not_found:

@@ -77,7 +77,12 @@ HttpError model_error(const Error& e) {
 ServedModel ServerState::serve(const json& body, Need need) const {
     std::string name;
     if (const json* v = optional_field(body, "model")) name = string_field(*v, "model");
-    auto lease = models.acquire(name, std::chrono::steady_clock::now() + options.request_timeout);
+    const auto deadline = std::chrono::steady_clock::now() + options.request_timeout;
+    auto lease = models.acquire(name, deadline);
+    // llama-server answers any name with its one model; asked to, so does a server of one.
+    if (!lease && lease.error().code == ErrorCode::not_found && options.accept_any_model &&
+        models.list().size() == 1)
+        lease = models.acquire("", deadline);
     if (!lease) throw HttpException{model_error(lease.error())};
     const ModelCapabilities& can = lease->capabilities();
     if ((need == Need::generate && !can.generate) || (need == Need::embed && !can.embed)) {

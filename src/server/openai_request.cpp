@@ -2,6 +2,7 @@
 
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -9,62 +10,96 @@ namespace llamapp::detail {
 
 using json = nlohmann::json;
 
-namespace {
-
-[[noreturn]] void reject(const std::string& param, const std::string& message,
-                         const char* code = "invalid_value") {
+[[noreturn]] void reject_field(const std::string& param, const std::string& message,
+                               const char* code) {
     throw HttpException{invalid(param, message, code)};
 }
 
-double number(const json& v, const std::string& name, double lo, double hi) {
-    if (!v.is_number()) reject(name, fmt::format("'{}' must be a number", name), "invalid_type");
+double number_field(const json& v, const std::string& name, double lo, double hi) {
+    if (!v.is_number())
+        reject_field(name, fmt::format("'{}' must be a number", name), "invalid_type");
     const double d = v.get<double>();
     if (!std::isfinite(d) || d < lo || d > hi)
-        reject(name, fmt::format("'{}' must be between {} and {}", name, lo, hi));
+        reject_field(name, fmt::format("'{}' must be between {} and {}", name, lo, hi));
     return d;
 }
 
-long long integer(const json& v, const std::string& name, long long lo, long long hi) {
+long long integer_field(const json& v, const std::string& name, long long lo, long long hi) {
     if (v.is_number_integer()) {
         // Unsigned values above the signed range are out of range anyway.
         if (v.is_number_unsigned() &&
             v.get<unsigned long long>() >
                 static_cast<unsigned long long>(std::numeric_limits<long long>::max()))
-            reject(name, fmt::format("'{}' must be between {} and {}", name, lo, hi));
+            reject_field(name, fmt::format("'{}' must be between {} and {}", name, lo, hi));
         const long long n = v.get<long long>();
         if (n < lo || n > hi)
-            reject(name, fmt::format("'{}' must be between {} and {}", name, lo, hi));
+            reject_field(name, fmt::format("'{}' must be between {} and {}", name, lo, hi));
         return n;
     }
-    reject(name, fmt::format("'{}' must be an integer", name), "invalid_type");
+    reject_field(name, fmt::format("'{}' must be an integer", name), "invalid_type");
 }
 
-bool boolean(const json& v, const std::string& name) {
-    if (!v.is_boolean()) reject(name, fmt::format("'{}' must be a boolean", name), "invalid_type");
+bool bool_field(const json& v, const std::string& name) {
+    if (!v.is_boolean())
+        reject_field(name, fmt::format("'{}' must be a boolean", name), "invalid_type");
     return v.get<bool>();
+}
+
+namespace {
+
+float float_field(const json& body, const char* name, double lo, double hi, float current) {
+    const json* v = optional_field(body, name);
+    return v ? static_cast<float>(number_field(*v, name, lo, hi)) : current;
+}
+
+int int_field(const json& body, const char* name, long long lo, long long hi, int current) {
+    const json* v = optional_field(body, name);
+    return v ? static_cast<int>(integer_field(*v, name, lo, hi)) : current;
+}
+
+// llama-server's further samplers, accepted on every route as it accepts them.
+void parse_llama_sampling(const json& body, SamplingParams& s) {
+    s.typical_p = float_field(body, "typical_p", 0, 1, s.typical_p);
+    s.penalty_last_n = int_field(body, "repeat_last_n", -1, 1 << 20, s.penalty_last_n);
+    s.dry_multiplier = float_field(body, "dry_multiplier", 0, 100, s.dry_multiplier);
+    s.dry_base = float_field(body, "dry_base", 1, 100, s.dry_base);
+    s.dry_allowed_length = int_field(body, "dry_allowed_length", 0, 1 << 20, s.dry_allowed_length);
+    s.dry_penalty_last_n = int_field(body, "dry_penalty_last_n", -1, 1 << 20, s.dry_penalty_last_n);
+    if (const json* v = optional_field(body, "dry_sequence_breakers")) {
+        if (!v->is_array() || v->empty())
+            reject_field("dry_sequence_breakers", "must be a non-empty array of strings");
+        s.dry_sequence_breakers.clear();
+        for (const json& b : *v)
+            s.dry_sequence_breakers.push_back(string_field(b, "dry_sequence_breakers"));
+    }
+    s.xtc_probability = float_field(body, "xtc_probability", 0, 1, s.xtc_probability);
+    s.xtc_threshold = float_field(body, "xtc_threshold", 0, 1, s.xtc_threshold);
+    s.mirostat = int_field(body, "mirostat", 0, 2, s.mirostat);
+    s.mirostat_tau = float_field(body, "mirostat_tau", 0, 100, s.mirostat_tau);
+    s.mirostat_eta = float_field(body, "mirostat_eta", 0, 1, s.mirostat_eta);
 }
 
 // temperature, top_p, top_k, min_p, the penalties and the seed.
 void parse_sampling(const json& body, const RequestLimits& limits, SamplingParams& s) {
     if (const json* v = optional_field(body, "temperature"))
-        s.temperature = static_cast<float>(number(*v, "temperature", 0, 2));
+        s.temperature = static_cast<float>(number_field(*v, "temperature", 0, 2));
     if (const json* v = optional_field(body, "top_p"))
-        s.top_p = static_cast<float>(number(*v, "top_p", 0, 1));
+        s.top_p = static_cast<float>(number_field(*v, "top_p", 0, 1));
     if (const json* v = optional_field(body, "top_k"))
-        s.top_k = static_cast<int>(integer(*v, "top_k", 0, limits.vocab_size));
+        s.top_k = static_cast<int>(integer_field(*v, "top_k", 0, limits.vocab_size));
     if (const json* v = optional_field(body, "min_p"))
-        s.min_p = static_cast<float>(number(*v, "min_p", 0, 1));
+        s.min_p = static_cast<float>(number_field(*v, "min_p", 0, 1));
     if (const json* v = optional_field(body, "presence_penalty"))
-        s.presence_penalty = static_cast<float>(number(*v, "presence_penalty", -2, 2));
+        s.presence_penalty = static_cast<float>(number_field(*v, "presence_penalty", -2, 2));
     if (const json* v = optional_field(body, "frequency_penalty"))
-        s.frequency_penalty = static_cast<float>(number(*v, "frequency_penalty", -2, 2));
+        s.frequency_penalty = static_cast<float>(number_field(*v, "frequency_penalty", -2, 2));
     if (const json* v = optional_field(body, "repeat_penalty"))
-        s.repeat_penalty = static_cast<float>(number(*v, "repeat_penalty", 0, 10));
+        s.repeat_penalty = static_cast<float>(number_field(*v, "repeat_penalty", 0, 10));
     if (const json* v = optional_field(body, "seed")) {
         // Any 64-bit integer; the sampler takes its low 32 bits.
-        s.seed =
-            static_cast<std::uint32_t>(integer(*v, "seed", std::numeric_limits<long long>::min(),
-                                               std::numeric_limits<long long>::max()));
+        s.seed = static_cast<std::uint32_t>(integer_field(*v, "seed",
+                                                          std::numeric_limits<long long>::min(),
+                                                          std::numeric_limits<long long>::max()));
     }
 }
 
@@ -74,20 +109,57 @@ void parse_stop(const json& body, const RequestLimits& limits, GenerateOptions& 
             o.stop.push_back(v->get<std::string>());
         } else if (v->is_array()) {
             if (v->size() > static_cast<std::size_t>(limits.max_stop_strings))
-                reject("stop", fmt::format("at most {} stop strings", limits.max_stop_strings));
+                reject_field("stop",
+                             fmt::format("at most {} stop strings", limits.max_stop_strings));
             for (const auto& item : *v) o.stop.push_back(string_field(item, "stop"));
         } else {
-            reject("stop", "'stop' must be a string or an array of strings", "invalid_type");
+            reject_field("stop", "'stop' must be a string or an array of strings", "invalid_type");
         }
         for (const auto& stop : o.stop) {
-            if (stop.empty()) reject("stop", "stop strings must not be empty");
+            if (stop.empty()) reject_field("stop", "stop strings must not be empty");
         }
+    }
+}
+
+// A bias for every token of `text` (llama-server's logit_bias keyed by text).
+void bias_text(const std::string& text, float bias, const RequestLimits& limits,
+               SamplingParams& s) {
+    if (!limits.tokenizer) reject_field("logit_bias", fmt::format("'{}' is not a token id", text));
+    auto tokens = limits.tokenizer->encode(text, TokenizeOptions{.add_special = false});
+    if (!tokens || tokens->empty())
+        reject_field("logit_bias", fmt::format("'{}' is no text of this model", text));
+    for (Token t : *tokens) s.logit_bias.push_back({t, bias});
+}
+
+// A bias value; llama-server's false bans the token.
+float bias_value(const json& v) {
+    if (v.is_boolean() && !v.get<bool>()) return -std::numeric_limits<float>::infinity();
+    return static_cast<float>(number_field(v, "logit_bias", -100, 100));
+}
+
+// llama-server's array form, [[token id or text, bias or false], ...].
+void parse_logit_bias_pairs(const json& pairs, const RequestLimits& limits, SamplingParams& s) {
+    for (const json& pair : pairs) {
+        if (!pair.is_array() || pair.size() != 2 ||
+            !(pair[0].is_number_integer() || pair[0].is_string()))
+            reject_field("logit_bias", "each entry is [token id or text, bias or false]",
+                         "invalid_type");
+        const float bias = bias_value(pair[1]);
+        if (pair[0].is_string()) {
+            bias_text(pair[0].get<std::string>(), bias, limits, s);
+            continue;
+        }
+        s.logit_bias.push_back(
+            {static_cast<Token>(integer_field(pair[0], "logit_bias", 0, limits.vocab_size - 1)),
+             bias});
     }
 }
 
 void parse_logit_bias(const json& body, const RequestLimits& limits, SamplingParams& s) {
     if (const json* v = optional_field(body, "logit_bias")) {
-        if (!v->is_object()) reject("logit_bias", "'logit_bias' must be an object", "invalid_type");
+        if (v->is_array()) return parse_logit_bias_pairs(*v, limits, s);
+        if (!v->is_object())
+            reject_field("logit_bias", "'logit_bias' must be an object", "invalid_type");
         for (const auto& [key, bias] : v->items()) {
             std::size_t used = 0;
             long token = -1;
@@ -96,10 +168,14 @@ void parse_logit_bias(const json& body, const RequestLimits& limits, SamplingPar
             } catch (...) {
                 used = 0;
             }
+            if (used != key.size() && limits.tokenizer) {
+                bias_text(key, bias_value(bias), limits, s);
+                continue;
+            }
             if (used != key.size() || token < 0 || token >= limits.vocab_size)
-                reject("logit_bias", fmt::format("'{}' is not a token id of this model", key));
-            s.logit_bias.push_back({static_cast<Token>(token),
-                                    static_cast<float>(number(bias, "logit_bias", -100, 100))});
+                reject_field("logit_bias",
+                             fmt::format("'{}' is not a token id of this model", key));
+            s.logit_bias.push_back({static_cast<Token>(token), bias_value(bias)});
         }
     }
 }
@@ -108,14 +184,19 @@ void parse_logit_bias(const json& body, const RequestLimits& limits, SamplingPar
 void parse_logprobs(const json& body, bool chat, GenerationRequest& out) {
     if (chat) {
         if (const json* v = optional_field(body, "logprobs"))
-            out.logprobs = boolean(*v, "logprobs");
+            out.logprobs = bool_field(*v, "logprobs");
         if (const json* v = optional_field(body, "top_logprobs")) {
-            out.top_logprobs = static_cast<int>(integer(*v, "top_logprobs", 0, 20));
-            if (!out.logprobs) reject("top_logprobs", "'top_logprobs' needs 'logprobs': true");
+            out.top_logprobs = static_cast<int>(integer_field(*v, "top_logprobs", 0, 20));
+            if (!out.logprobs)
+                reject_field("top_logprobs", "'top_logprobs' needs 'logprobs': true");
         }
     } else if (const json* v = optional_field(body, "logprobs")) {
-        out.top_logprobs = static_cast<int>(integer(*v, "logprobs", 0, 5));
+        out.top_logprobs = static_cast<int>(integer_field(*v, "logprobs", 0, 5));
         out.logprobs = true;
+    }
+    if (const json* v = optional_field(body, "n_probs")) {  // llama-server's name
+        out.top_logprobs = static_cast<int>(integer_field(*v, "n_probs", 0, max_top_logprobs));
+        out.logprobs = out.top_logprobs > 0;
     }
     out.engine.options.logprobs = out.logprobs;
     out.engine.options.top_logprobs = out.top_logprobs;
@@ -125,7 +206,7 @@ void parse_logprobs(const json& body, bool chat, GenerationRequest& out) {
 void parse_response_format(const json& body, SamplingParams& s) {
     if (const json* v = optional_field(body, "response_format")) {
         if (!v->is_object())
-            reject("response_format", "'response_format' must be an object", "invalid_type");
+            reject_field("response_format", "'response_format' must be an object", "invalid_type");
         const json* type = optional_field(*v, "type");
         const std::string t = type ? string_field(*type, "response_format.type") : "";
         if (t == "json_object") {
@@ -135,16 +216,24 @@ void parse_response_format(const json& body, SamplingParams& s) {
             const json* schema =
                 spec && spec->is_object() ? optional_field(*spec, "schema") : nullptr;
             if (!schema || !schema->is_object())
-                reject("response_format.json_schema.schema", "a JSON schema object is required");
+                reject_field("response_format.json_schema.schema",
+                             "a JSON schema object is required");
             s.json_schema = schema->dump();
         } else if (t != "text") {
-            reject("response_format.type", "must be one of text, json_object, json_schema");
+            reject_field("response_format.type", "must be one of text, json_object, json_schema");
         }
+    }
+    if (const json* v = optional_field(body, "json_schema")) {  // llama-server's field
+        if (!v->is_object())
+            reject_field("json_schema", "must be a JSON schema object", "invalid_type");
+        if (!s.json_schema.empty())
+            reject_field("json_schema", "'json_schema' and response_format exclude each other");
+        s.json_schema = v->dump();
     }
     if (const json* v = optional_field(body, "grammar")) {
         s.grammar = string_field(*v, "grammar");
         if (!s.json_schema.empty())
-            reject("grammar", "'grammar' and a JSON response_format exclude each other");
+            reject_field("grammar", "'grammar' and a JSON response_format exclude each other");
     }
 }
 
@@ -155,22 +244,29 @@ void parse_common(const json& body, const RequestLimits& limits, const RequestDe
     SamplingParams& s = o.sampling;
     s = defaults.sampling;
     if (const json* v = optional_field(body, "model")) out.model = string_field(*v, "model");
-    if (const json* v = optional_field(body, "stream")) out.stream = boolean(*v, "stream");
+    if (const json* v = optional_field(body, "stream")) out.stream = bool_field(*v, "stream");
     if (const json* v = optional_field(body, "stream_options")) {
         if (!v->is_object())
-            reject("stream_options", "'stream_options' must be an object", "invalid_type");
+            reject_field("stream_options", "'stream_options' must be an object", "invalid_type");
         if (const json* u = optional_field(*v, "include_usage"))
-            out.include_usage = boolean(*u, "stream_options.include_usage");
+            out.include_usage = bool_field(*u, "stream_options.include_usage");
     }
     o.max_tokens = defaults.max_tokens > 0 ? std::min(defaults.max_tokens, limits.max_tokens)
                                            : limits.max_tokens;
+    // llama-server's n_predict: -1 leaves the default, more than the context holds ends with the
+    // context (finish "length"), as it does there.
+    if (const json* v = optional_field(body, "n_predict")) {
+        const long long n = integer_field(*v, "n_predict", -1, std::numeric_limits<int>::max());
+        if (n >= 0) o.max_tokens = static_cast<int>(std::clamp<long long>(n, 1, limits.max_tokens));
+    }
     for (const char* name : {"max_tokens", "max_completion_tokens"}) {
         if (const json* v = optional_field(body, name))
-            o.max_tokens = static_cast<int>(integer(*v, name, 1, limits.max_tokens));
+            o.max_tokens = static_cast<int>(integer_field(*v, name, 1, limits.max_tokens));
     }
-    if (const json* v = optional_field(body, "n"); v && integer(*v, "n", 1, 1) != 1)
-        reject("n", "only n = 1 is supported");
+    if (const json* v = optional_field(body, "n"); v && integer_field(*v, "n", 1, 1) != 1)
+        reject_field("n", "only n = 1 is supported");
     parse_sampling(body, limits, s);
+    parse_llama_sampling(body, s);
     parse_stop(body, limits, o);
     parse_logit_bias(body, limits, s);
     parse_logprobs(body, chat, out);
@@ -178,44 +274,45 @@ void parse_common(const json& body, const RequestLimits& limits, const RequestDe
     if (const json* v = optional_field(body, "session"))
         out.engine.session = string_field(*v, "session");
     if (const json* v = optional_field(body, "ignore_eos"))
-        o.ignore_eos = boolean(*v, "ignore_eos");
+        o.ignore_eos = bool_field(*v, "ignore_eos");
     if (const json* v = optional_field(body, "cache_prompt"))
-        o.reuse_prefix = boolean(*v, "cache_prompt");
+        o.reuse_prefix = bool_field(*v, "cache_prompt");
 }
 
 const json& object_field(const json& parent, const char* name, const std::string& where) {
     const json* v = optional_field(parent, name);
     if (!v)
-        reject(where + "." + name, fmt::format("'{}' is required", name),
-               "missing_required_parameter");
+        reject_field(where + "." + name, fmt::format("'{}' is required", name),
+                     "missing_required_parameter");
     if (!v->is_object())
-        reject(where + "." + name, fmt::format("'{}' must be an object", name), "invalid_type");
+        reject_field(where + "." + name, fmt::format("'{}' must be an object", name),
+                     "invalid_type");
     return *v;
 }
 
 std::string required_string(const json& parent, const char* name, const std::string& where) {
     const json* v = optional_field(parent, name);
     if (!v)
-        reject(where + "." + name, fmt::format("'{}' is required", name),
-               "missing_required_parameter");
+        reject_field(where + "." + name, fmt::format("'{}' is required", name),
+                     "missing_required_parameter");
     return string_field(*v, where + "." + name);
 }
 
 void require_function_type(const json& item, const std::string& where) {
     const json* type = optional_field(item, "type");
     if (type && string_field(*type, where + ".type") != "function")
-        reject(where + ".type", "only 'function' is supported");
+        reject_field(where + ".type", "only 'function' is supported");
 }
 
 // tools, tool_choice and parallel_tool_calls. Tool names and schemas are checked again, with the
 // same rules, when the template renders them.
 void parse_tools(const json& body, ChatRenderOptions& render) {
     if (const json* tools = optional_field(body, "tools")) {
-        if (!tools->is_array()) reject("tools", "'tools' must be an array", "invalid_type");
+        if (!tools->is_array()) reject_field("tools", "'tools' must be an array", "invalid_type");
         for (std::size_t i = 0; i < tools->size(); ++i) {
             const json& t = (*tools)[i];
             const std::string where = fmt::format("tools[{}]", i);
-            if (!t.is_object()) reject(where, "each tool must be an object", "invalid_type");
+            if (!t.is_object()) reject_field(where, "each tool must be an object", "invalid_type");
             require_function_type(t, where);
             const json& f = object_field(t, "function", where);
             ToolDefinition tool;
@@ -224,8 +321,8 @@ void parse_tools(const json& body, ChatRenderOptions& render) {
                 tool.description = string_field(*d, where + ".function.description");
             if (const json* p = optional_field(f, "parameters")) {
                 if (!p->is_object())
-                    reject(where + ".function.parameters",
-                           "'parameters' must be a JSON schema object", "invalid_type");
+                    reject_field(where + ".function.parameters",
+                                 "'parameters' must be a JSON schema object", "invalid_type");
                 tool.parameters = p->dump();
             }
             render.tools.push_back(std::move(tool));
@@ -233,7 +330,7 @@ void parse_tools(const json& body, ChatRenderOptions& render) {
     }
     render.parallel_tool_calls = true;  // OpenAI's default
     if (const json* v = optional_field(body, "parallel_tool_calls"))
-        render.parallel_tool_calls = boolean(*v, "parallel_tool_calls");
+        render.parallel_tool_calls = bool_field(*v, "parallel_tool_calls");
     const json* choice = optional_field(body, "tool_choice");
     if (!choice) return;
     if (choice->is_string()) {
@@ -245,27 +342,27 @@ void parse_tools(const json& body, ChatRenderOptions& render) {
         else if (c == "required")
             render.tool_choice = ToolChoice::required;
         else
-            reject("tool_choice", "must be auto, none, required or a function");
+            reject_field("tool_choice", "must be auto, none, required or a function");
     } else if (choice->is_object()) {
         require_function_type(*choice, "tool_choice");
         render.forced_tool = required_string(object_field(*choice, "function", "tool_choice"),
                                              "name", "tool_choice.function");
         render.tool_choice = ToolChoice::required;
     } else {
-        reject("tool_choice", "'tool_choice' must be a string or an object", "invalid_type");
+        reject_field("tool_choice", "'tool_choice' must be a string or an object", "invalid_type");
     }
     if (render.tool_choice == ToolChoice::required && render.tools.empty())
-        reject("tool_choice", "a required tool call needs 'tools'");
+        reject_field("tool_choice", "a required tool call needs 'tools'");
 }
 
 // An assistant message's earlier calls: [{id, type, function: {name, arguments}}].
 std::vector<ToolCall> message_tool_calls(const json& calls, const std::string& where) {
-    if (!calls.is_array()) reject(where, "'tool_calls' must be an array", "invalid_type");
+    if (!calls.is_array()) reject_field(where, "'tool_calls' must be an array", "invalid_type");
     std::vector<ToolCall> out;
     for (std::size_t i = 0; i < calls.size(); ++i) {
         const json& c = calls[i];
         const std::string at = fmt::format("{}[{}]", where, i);
-        if (!c.is_object()) reject(at, "each tool call must be an object", "invalid_type");
+        if (!c.is_object()) reject_field(at, "each tool call must be an object", "invalid_type");
         require_function_type(c, at);
         const json& f = object_field(c, "function", at);
         ToolCall call;
@@ -273,7 +370,7 @@ std::vector<ToolCall> message_tool_calls(const json& calls, const std::string& w
         call.name = required_string(f, "name", at + ".function");
         call.arguments = required_string(f, "arguments", at + ".function");
         if (!json::accept(call.arguments))
-            reject(at + ".function.arguments", "'arguments' must be JSON text");
+            reject_field(at + ".function.arguments", "'arguments' must be JSON text");
         out.push_back(std::move(call));
     }
     return out;
@@ -282,15 +379,15 @@ std::vector<ToolCall> message_tool_calls(const json& calls, const std::string& w
 std::string message_content(const json& content, const std::string& name) {
     if (content.is_string()) return content.get<std::string>();
     if (!content.is_array())
-        reject(name, "content must be a string or an array of text parts", "invalid_type");
+        reject_field(name, "content must be a string or an array of text parts", "invalid_type");
     std::string text;
     for (const auto& part : content) {
-        if (!part.is_object()) reject(name, "content parts must be objects", "invalid_type");
+        if (!part.is_object()) reject_field(name, "content parts must be objects", "invalid_type");
         const json* type = optional_field(part, "type");
         if (!type || string_field(*type, name + ".type") != "text")
-            reject(name, "only text content parts are supported");
+            reject_field(name, "only text content parts are supported");
         const json* t = optional_field(part, "text");
-        if (!t) reject(name, "a text part needs 'text'");
+        if (!t) reject_field(name, "a text part needs 'text'");
         text += string_field(*t, name + ".text");
     }
     return text;
@@ -300,8 +397,8 @@ std::string message_content(const json& content, const std::string& name) {
 
 json parse_body(const std::string& body) {
     json j = json::parse(body, nullptr, false);
-    if (j.is_discarded()) reject("", "the request body is not valid JSON", "invalid_json");
-    if (!j.is_object()) reject("", "the request body must be a JSON object", "invalid_type");
+    if (j.is_discarded()) reject_field("", "the request body is not valid JSON", "invalid_json");
+    if (!j.is_object()) reject_field("", "the request body must be a JSON object", "invalid_type");
     return j;
 }
 
@@ -312,8 +409,15 @@ const json* optional_field(const json& body, const char* name) {
 
 std::string string_field(const json& value, const std::string& name) {
     if (!value.is_string())
-        reject(name, fmt::format("'{}' must be a string", name), "invalid_type");
+        reject_field(name, fmt::format("'{}' must be a string", name), "invalid_type");
     return value.get<std::string>();
+}
+
+GenerationRequest parse_generation(const json& body, const RequestLimits& limits,
+                                   const RequestDefaults& defaults) {
+    GenerationRequest out;
+    parse_common(body, limits, defaults, out, false);
+    return out;
 }
 
 GenerationRequest parse_completion(const json& body, const RequestLimits& limits,
@@ -321,7 +425,7 @@ GenerationRequest parse_completion(const json& body, const RequestLimits& limits
     GenerationRequest out;
     parse_common(body, limits, defaults, out, false);
     const json* prompt = optional_field(body, "prompt");
-    if (!prompt) reject("prompt", "'prompt' is required", "missing_required_parameter");
+    if (!prompt) reject_field("prompt", "'prompt' is required", "missing_required_parameter");
     if (prompt->is_string()) {
         out.prompt_text = prompt->get<std::string>();
     } else if (prompt->is_array() && prompt->size() == 1 && (*prompt)[0].is_string()) {
@@ -329,13 +433,13 @@ GenerationRequest parse_completion(const json& body, const RequestLimits& limits
     } else if (prompt->is_array() && !prompt->empty() && (*prompt)[0].is_number()) {
         for (const auto& t : *prompt)
             out.engine.prompt.push_back(
-                static_cast<Token>(integer(t, "prompt", 0, limits.vocab_size - 1)));
+                static_cast<Token>(integer_field(t, "prompt", 0, limits.vocab_size - 1)));
     } else {
-        reject("prompt", "'prompt' must be a string, one string in an array, or token ids",
-               "invalid_type");
+        reject_field("prompt", "'prompt' must be a string, one string in an array, or token ids",
+                     "invalid_type");
     }
     if (out.prompt_text.empty() && out.engine.prompt.empty())
-        reject("prompt", "'prompt' must not be empty");
+        reject_field("prompt", "'prompt' must not be empty");
     return out;
 }
 
@@ -344,26 +448,29 @@ GenerationRequest parse_chat(const json& body, const RequestLimits& limits,
     GenerationRequest out;
     parse_common(body, limits, defaults, out, true);
     const json* messages = optional_field(body, "messages");
-    if (!messages) reject("messages", "'messages' is required", "missing_required_parameter");
-    if (!messages->is_array()) reject("messages", "'messages' must be an array", "invalid_type");
-    if (messages->empty()) reject("messages", "'messages' must not be empty");
+    if (!messages) reject_field("messages", "'messages' is required", "missing_required_parameter");
+    if (!messages->is_array())
+        reject_field("messages", "'messages' must be an array", "invalid_type");
+    if (messages->empty()) reject_field("messages", "'messages' must not be empty");
     for (std::size_t i = 0; i < messages->size(); ++i) {
         const json& m = (*messages)[i];
         const std::string where = fmt::format("messages[{}]", i);
-        if (!m.is_object()) reject(where, "each message must be an object", "invalid_type");
+        if (!m.is_object()) reject_field(where, "each message must be an object", "invalid_type");
         ChatMessage msg;
         const json* role = optional_field(m, "role");
-        if (!role) reject(where + ".role", "'role' is required", "missing_required_parameter");
+        if (!role)
+            reject_field(where + ".role", "'role' is required", "missing_required_parameter");
         msg.role = string_field(*role, "role");
         if (msg.role == "developer") msg.role = "system";
         if (msg.role != "system" && msg.role != "user" && msg.role != "assistant" &&
             msg.role != "tool")
-            reject(where + ".role", "role must be system, developer, user, assistant or tool");
+            reject_field(where + ".role",
+                         "role must be system, developer, user, assistant or tool");
         const json* content = optional_field(m, "content");
         if (content) {
             msg.content = message_content(*content, where + ".content");
         } else if (msg.role != "assistant") {
-            reject(where + ".content", "'content' is required", "missing_required_parameter");
+            reject_field(where + ".content", "'content' is required", "missing_required_parameter");
         }
         if (const json* v = optional_field(m, "name")) msg.name = string_field(*v, "name");
         if (msg.role == "tool") msg.tool_call_id = required_string(m, "tool_call_id", where);
@@ -378,20 +485,22 @@ GenerationRequest parse_chat(const json& body, const RequestLimits& limits,
     parse_tools(body, out.render);
     if (const json* v = optional_field(body, "chat_template_kwargs")) {
         if (!v->is_object())
-            reject("chat_template_kwargs", "'chat_template_kwargs' must be an object",
-                   "invalid_type");
+            reject_field("chat_template_kwargs", "'chat_template_kwargs' must be an object",
+                         "invalid_type");
         for (const auto& [name, value] : v->items()) {
             if (name == "enable_thinking")
-                out.render.enable_thinking = boolean(value, "chat_template_kwargs.enable_thinking");
+                out.render.enable_thinking =
+                    bool_field(value, "chat_template_kwargs.enable_thinking");
             out.render.template_variables[name] = value.dump();
         }
     }
     const SamplingParams& s = out.engine.options.sampling;
     if (!out.render.tools.empty() && out.render.tool_choice != ToolChoice::none &&
         (!s.grammar.empty() || !s.json_schema.empty()))
-        reject(s.grammar.empty() ? "response_format" : "grammar",
-               "tool calls follow their own grammar; drop 'tools' or set tool_choice 'none' to "
-               "constrain the answer");
+        reject_field(
+            s.grammar.empty() ? "response_format" : "grammar",
+            "tool calls follow their own grammar; drop 'tools' or set tool_choice 'none' to "
+            "constrain the answer");
     return out;
 }
 

@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,8 @@ struct RequestLimits {
     int max_tokens = 0;  // largest max_tokens accepted
     int max_stop_strings = 16;
     int vocab_size = 0;
+    // For llama-server's logit_bias keyed by text: every token of the text gets the bias.
+    std::optional<Tokenizer> tokenizer;
 };
 
 // What /v1/completions and /v1/chat/completions share.
@@ -43,9 +46,20 @@ GenerationRequest parse_completion(const nlohmann::json& body, const RequestLimi
                                    const RequestDefaults& defaults);
 GenerationRequest parse_chat(const nlohmann::json& body, const RequestLimits& limits,
                              const RequestDefaults& defaults);
+// The fields every generation shares, without a prompt (llama-server's /completion has prompt
+// forms of its own).
+GenerationRequest parse_generation(const nlohmann::json& body, const RequestLimits& limits,
+                                   const RequestDefaults& defaults);
 
-// Typed field access for the other endpoints.
+// Typed field access for the other endpoints; a value of the wrong type or range is an
+// HttpException naming the field.
 const nlohmann::json* optional_field(const nlohmann::json& body, const char* name);
 std::string string_field(const nlohmann::json& value, const std::string& name);
+double number_field(const nlohmann::json& v, const std::string& name, double lo, double hi);
+long long integer_field(const nlohmann::json& v, const std::string& name, long long lo,
+                        long long hi);
+bool bool_field(const nlohmann::json& v, const std::string& name);
+[[noreturn]] void reject_field(const std::string& param, const std::string& message,
+                               const char* code = "invalid_value");
 
 }  // namespace llamapp::detail

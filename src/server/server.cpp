@@ -23,7 +23,8 @@ bool constant_time_equal(const std::string& a, const std::string& b) {
 }
 
 bool public_route(const std::string& path) {
-    return path == "/health" || path == "/health/live" || path == "/health/ready";
+    return path == "/health" || path == "/v1/health" || path == "/health/live" ||
+           path == "/health/ready";
 }
 
 }  // namespace
@@ -67,6 +68,11 @@ Result<std::unique_ptr<Server>> Server::create(ModelManager& models, ServerOptio
 
 Result<void> Server::bind() {
     ServerState& s = *state_;
+    // SO_REUSEADDR, not httplib's SO_REUSEPORT: a restart may bind while the last run's
+    // connections linger in TIME_WAIT, but a second server on a port in use fails, instead of
+    // splitting that port's connections with the first.
+    s.http.set_socket_options(
+        [](socket_t sock) { httplib::set_socket_opt(sock, SOL_SOCKET, SO_REUSEADDR, 1); });
     if (!s.options.unix_socket.empty()) {
         s.http.set_address_family(AF_UNIX);
         if (!s.http.bind_to_port(s.options.unix_socket, 80))
@@ -127,11 +133,15 @@ void ServerState::send_error(httplib::Response& res, const HttpError& error) con
 
 bool ServerState::authorized(const httplib::Request& req) const {
     if (options.api_keys.empty()) return true;
+    // Authorization: Bearer KEY, or Anthropic's (and llama-server's) X-Api-Key: KEY.
     const std::string header = req.get_header_value("Authorization");
     const std::string prefix = "Bearer ";
-    if (header.size() < prefix.size() || header.compare(0, prefix.size(), prefix) != 0)
-        return false;
-    const std::string given = header.substr(prefix.size());
+    std::string given;
+    if (header.size() > prefix.size() && header.compare(0, prefix.size(), prefix) == 0)
+        given = header.substr(prefix.size());
+    else if (header.empty())
+        given = req.get_header_value("X-Api-Key");
+    if (given.empty()) return false;
     bool known = false;  // every key is compared, so the time taken says nothing about which
     for (const std::string& key : options.api_keys)
         known = constant_time_equal(given, key) || known;
@@ -251,45 +261,13 @@ void ServerState::health(httplib::Response& res) const {
     res.set_content(dump(body), "application/json");
 }
 
-void ServerState::tokenize(const httplib::Request& req, httplib::Response& res) const {
-    const json body = parse_body(req.body);
-    const ServedModel m = serve(body, Need::tokens);
-    const json* content = optional_field(body, "content");
-    if (!content) throw HttpException{invalid("content", "'content' is required")};
-    TokenizeOptions t;
-    if (const json* v = optional_field(body, "add_special")) {
-        if (!v->is_boolean()) throw HttpException{invalid("add_special", "must be a boolean")};
-        t.add_special = v->get<bool>();
-    }
-    auto tokens = m.lease.model().tokenizer().encode(string_field(*content, "content"), t);
-    if (!tokens) throw HttpException{http_error(tokens.error(), "content")};
-    res.set_content(dump(json{{"tokens", *tokens}}), "application/json");
-}
-
-void ServerState::detokenize(const httplib::Request& req, httplib::Response& res) const {
-    const json body = parse_body(req.body);
-    const ServedModel m = serve(body, Need::tokens);
-    const json* tokens = optional_field(body, "tokens");
-    if (!tokens || !tokens->is_array())
-        throw HttpException{invalid("tokens", "'tokens' must be an array of token ids")};
-    std::vector<Token> ids;
-    for (const auto& t : *tokens) {
-        if (!t.is_number_integer() || t.get<long long>() < 0 ||
-            t.get<long long>() >= m.limits.vocab_size)
-            throw HttpException{invalid("tokens", "not a token id of this model")};
-        ids.push_back(t.get<Token>());
-    }
-    auto text = m.lease.model().tokenizer().decode(ids);
-    if (!text) throw HttpException{http_error(text.error(), "tokens")};
-    res.set_content(dump(json{{"content", *text}}), "application/json");
-}
-
 void ServerState::register_routes() {
     install_hooks();
     using Req = const httplib::Request&;
     using Res = httplib::Response&;
     http.Get("/health", [this](Req, Res res) { health(res); });
     http.Get("/health/ready", [this](Req, Res res) { health(res); });
+    http.Get("/v1/health", [this](Req, Res res) { health(res); });
     http.Get("/health/live",
              [](Req, Res res) { res.set_content(R"({"status":"ok"})", "application/json"); });
     http.Get("/v1/models", [this](Req, Res res) { list_models(res); });
@@ -299,11 +277,13 @@ void ServerState::register_routes() {
             text += store->metrics().prometheus_text();
         res.set_content(text, "text/plain; version=0.0.4");
     });
-    http.Post("/tokenize", [this](Req req, Res res) { tokenize(req, res); });
-    http.Post("/detokenize", [this](Req req, Res res) { detokenize(req, res); });
     http.Post("/v1/embeddings", [this](Req req, Res res) { embeddings(req, res); });
     http.Post("/v1/completions", [this](Req req, Res res) { generate(req, res, false); });
     http.Post("/v1/chat/completions", [this](Req req, Res res) { generate(req, res, true); });
+    // llama-server's unprefixed names (its /completions is the native route).
+    http.Post("/chat/completions", [this](Req req, Res res) { generate(req, res, true); });
+    http.Get("/models", [this](Req, Res res) { list_models(res); });
+    register_native_routes();
     register_cache_routes();
     register_model_routes();
 }

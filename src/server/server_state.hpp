@@ -43,8 +43,15 @@ struct ServerState {
     void answer_protocol_error(const httplib::Request& req, httplib::Response& res);
     void health(httplib::Response& res) const;
     void list_models(httplib::Response& res) const;
+    // llama-server's own routes (native_routes.cpp).
+    void register_native_routes();
     void tokenize(const httplib::Request& req, httplib::Response& res) const;
     void detokenize(const httplib::Request& req, httplib::Response& res) const;
+    void native_completion(const httplib::Request& req, httplib::Response& res);
+    void apply_template(const httplib::Request& req, httplib::Response& res) const;
+    void count_chat_tokens(const httplib::Request& req, httplib::Response& res) const;
+    void props(const httplib::Request& req, httplib::Response& res) const;
+    void slots(const httplib::Request& req, httplib::Response& res) const;
     void register_cache_routes();
     void register_model_routes();
     void load_model(const httplib::Request& req, httplib::Response& res);
@@ -68,6 +75,34 @@ struct ServerState {
 };
 
 HttpError draining_error();
+
+// A finished generation's part of its access-log line.
+std::string log_fields(const Completion& c);
+
+// Waits for a request's next events. Whole and streamed replies notice a departed client the
+// same way: `gone()` is asked at least every 50 ms, between events too (tokens keep arriving
+// while nobody may be left to read them), and a client that is gone cancels the request.
+class ClientWatch {
+  public:
+    // False once the final event was returned.
+    template <typename Gone>
+    bool next(RequestHandle& handle, EngineEvent& event, Gone&& gone) {
+        for (;;) {
+            const auto got = handle.next_for(event, look_every);
+            if (got == RequestHandle::Wait::closed) return false;
+            if (const auto now = std::chrono::steady_clock::now(); now >= next_look_) {
+                if (gone()) handle.cancel();
+                next_look_ = now + look_every;
+            }
+            if (got == RequestHandle::Wait::event) return true;
+        }
+    }
+
+  private:
+    static constexpr auto look_every = std::chrono::milliseconds(50);
+    std::chrono::steady_clock::time_point next_look_ =
+        std::chrono::steady_clock::now() + look_every;
+};
 
 // Fields a non-streamed generation leaves for the access-log line of the request this thread
 // is answering (httplib runs a request's handler and its logger on one thread).

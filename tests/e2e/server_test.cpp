@@ -449,7 +449,7 @@ TEST_F(Server, BadRequestsGetTypedErrorsAndTheServerKeepsServing) {
         {cc, chat({{"session", 5}}), 400},
         {cc, chat({{"cache_prompt", "no"}}), 400},
         {cc, std::string(70000, ' '), 413},
-        {cc, with_messages({{{"role", "user"}, {"content", std::string(3000, 'x')}}}), 413},
+        {cc, with_messages({{{"role", "user"}, {"content", std::string(3000, 'x')}}}), 400},
         {co, R"({"max_tokens": 4})", 400},
         {co, R"({"prompt": {}})", 400},
         {co, R"({"prompt": [-1]})", 400},

@@ -1,0 +1,367 @@
+// llama-server's own routes, as its tools/server answers them: /completion (and /completions),
+// /tokenize, /detokenize, /apply-template, the chat token count, /props and /slots. Parsing and
+// formatting only; the work is the engine's, as for the OpenAI routes.
+#include <fmt/core.h>
+
+#include "llamapp/backend.hpp"
+#include "server/native_reply.hpp"
+#include "server/server_state.hpp"
+
+namespace llamapp::detail {
+
+using json = nlohmann::json;
+
+namespace {
+
+// One prompt: text, token ids, a mix of both (only a leading text gets the BOS token), or
+// {"prompt_string": text}. Text may hold the model's special tokens, as llama-server reads it.
+std::vector<Token> prompt_tokens(const json& p, const Tokenizer& tokenizer, int vocab_size) {
+    auto encode = [&](const json& text, bool first) {
+        auto tokens =
+            tokenizer.encode(string_field(text, "prompt"),
+                             TokenizeOptions{.add_special = first, .parse_special = true});
+        if (!tokens) throw HttpException{http_error(tokens.error(), "prompt")};
+        return std::move(*tokens);
+    };
+    if (p.is_string()) return encode(p, true);
+    if (p.is_object()) {
+        if (p.contains("multimodal_data"))
+            reject_field("prompt", "multimodal input is not supported yet");
+        const json* text = optional_field(p, "prompt_string");
+        if (!text) reject_field("prompt", "a prompt object needs 'prompt_string'");
+        return encode(*text, true);
+    }
+    if (!p.is_array() || p.empty())
+        reject_field("prompt", "a prompt is text, token ids, or a list of both", "invalid_type");
+    std::vector<Token> out;
+    for (std::size_t i = 0; i < p.size(); ++i) {
+        if (p[i].is_string()) {
+            const std::vector<Token> part = encode(p[i], i == 0);
+            out.insert(out.end(), part.begin(), part.end());
+        } else {
+            out.push_back(static_cast<Token>(integer_field(p[i], "prompt", 0, vocab_size - 1)));
+        }
+    }
+    return out;
+}
+
+// A list without a token id at its top is a list of prompts, each answered on its own.
+std::vector<std::vector<Token>> prompts_of(const json& body, const Tokenizer& tokenizer,
+                                           int vocab_size) {
+    const json* prompt = optional_field(body, "prompt");
+    if (!prompt) reject_field("prompt", "'prompt' is required", "missing_required_parameter");
+    const bool several = prompt->is_array() && !prompt->empty() &&
+                         std::none_of(prompt->begin(), prompt->end(),
+                                      [](const json& e) { return e.is_number_integer(); });
+    std::vector<std::vector<Token>> out;
+    if (!several) {
+        out.push_back(prompt_tokens(*prompt, tokenizer, vocab_size));
+    } else {
+        for (const json& p : *prompt) out.push_back(prompt_tokens(p, tokenizer, vocab_size));
+    }
+    return out;
+}
+
+std::vector<std::string> string_list(const json& body, const char* name) {
+    std::vector<std::string> out;
+    if (const json* v = optional_field(body, name)) {
+        if (!v->is_array()) reject_field(name, fmt::format("'{}' must be a list", name));
+        for (const json& s : *v) out.push_back(string_field(s, name));
+    }
+    return out;
+}
+
+// The native options beside the shared ones.
+struct NativeRequest {
+    GenerationRequest generation;
+    bool return_tokens = false;
+    std::vector<std::string> response_fields;
+};
+
+NativeRequest parse_native(const json& body, const ServedModel& m) {
+    NativeRequest r;
+    RequestLimits limits = m.limits;
+    limits.tokenizer = m.lease.model().tokenizer();  // logit_bias may name text
+    r.generation = parse_generation(body, limits, m.lease.defaults());
+    if (const json* v = optional_field(body, "return_tokens"))
+        r.return_tokens = bool_field(*v, "return_tokens");
+    if (const json* v = optional_field(body, "post_sampling_probs");
+        v && bool_field(*v, "post_sampling_probs"))
+        reject_field("post_sampling_probs", "llamapp reports probabilities before sampling only");
+    r.response_fields = string_list(body, "response_fields");
+    return r;
+}
+
+std::string detokenized(const Tokenizer& tokenizer, const std::vector<Token>& tokens) {
+    auto text = tokenizer.decode(tokens, /*render_special=*/true);
+    return text ? *text : std::string();
+}
+
+// Streaming one prompt: the provider runs on the connection's thread until the final chunk.
+// llama-server's native stream has no [DONE]: it ends after the final object.
+struct NativeStream {
+    NativeStream(ModelLease l, RequestHandle h, InFlight c)
+        : lease(std::move(l)), handle(std::move(h)), counted(std::move(c)) {}
+    NativeStream(const NativeStream&) = delete;
+    NativeStream& operator=(const NativeStream&) = delete;
+    ~NativeStream() {
+        if (server) server->access_log("POST", path, 200, bytes, id, fields);
+    }
+
+    ModelLease lease;  // first: released after the handle
+    RequestHandle handle;
+    InFlight counted;
+    ClientWatch watch;
+    GenerateOptions options;
+    NativeReplyContext context;
+    int predicted = 0;
+    const ServerState* server = nullptr;
+    std::string path, id;
+    std::size_t bytes = 0;
+    std::string fields = "finish=disconnected";
+};
+
+std::string sse_data(const json& j) {
+    return "data: " + dump(j) + "\n\n";
+}
+
+// The next chunk of a native stream: a piece, the final object, or an error object.
+std::string next_chunk(NativeStream& s, const EngineEvent& event) {
+    if (!event.final()) return sse_data(native_chunk_json(event.piece, ++s.predicted, s.context));
+    const Completion& done = *event.completion;
+    s.fields = log_fields(done);
+    if (done.generation.error) return sse_data(http_error(*done.generation.error).body());
+    return sse_data(native_final_json(done, s.options, s.context));
+}
+
+}  // namespace
+
+void ServerState::native_completion(const httplib::Request& req, httplib::Response& res) {
+    InFlight counted(*this);
+    if (draining) throw HttpException{draining_error()};
+    const json body = parse_body(req.body);
+    ServedModel served = serve(body, Need::generate);
+    const Tokenizer tokenizer = served.lease.model().tokenizer();
+    const std::vector<std::vector<Token>> prompts =
+        prompts_of(body, tokenizer, served.limits.vocab_size);
+    NativeRequest native = parse_native(body, served);
+    GenerationRequest& g = native.generation;
+    if (g.stream && prompts.size() > 1)
+        reject_field("prompt", "a streamed request takes one prompt");
+    Engine& engine = served.lease.engine();
+    NativeReplyContext context{.model = served.lease.id(),
+                               .n_ctx = engine.n_ctx(),
+                               .stream = g.stream,
+                               .return_tokens = native.return_tokens};
+    g.engine.options.timeout = options.request_timeout;
+    g.engine.max_prompt_tokens = static_cast<std::size_t>(served.max_prompt_tokens);
+    const std::string id = fmt::format("cmpl-{}", next_id.fetch_add(1) + 1);
+    res.set_header("X-Request-Id", id);
+    std::vector<RequestHandle> handles;
+    for (const std::vector<Token>& prompt : prompts) {
+        EngineRequest request = g.engine;
+        request.prompt = prompt;
+        auto submitted = engine.submit(std::move(request));
+        if (!submitted) throw HttpException{http_error(submitted.error(), "prompt")};
+        handles.push_back(std::move(*submitted));
+    }
+    if (g.stream) {
+        context.prompt_text = detokenized(tokenizer, prompts.front());
+        context.prompt_tokens = static_cast<int>(prompts.front().size());
+        auto s = std::make_shared<NativeStream>(std::move(served.lease), std::move(handles.front()),
+                                                std::move(counted));
+        s->options = g.engine.options;
+        s->context = std::move(context);
+        s->server = this;
+        s->path = req.path;
+        s->id = id;
+        res.set_header("Cache-Control", "no-cache");
+        res.set_chunked_content_provider(
+            "text/event-stream", [s](std::size_t, httplib::DataSink& sink) {
+                EngineEvent event;
+                if (!s->watch.next(s->handle, event, [&] { return !sink.is_writable(); })) {
+                    sink.done();
+                    return true;
+                }
+                const std::string out = next_chunk(*s, event);
+                if (!sink.write(out.data(), out.size())) {
+                    s->handle.cancel();  // the client went away
+                    return false;
+                }
+                s->bytes += out.size();
+                return true;
+            });
+        return;
+    }
+    json replies = json::array();
+    for (std::size_t i = 0; i < handles.size(); ++i) {
+        EngineEvent event;
+        std::optional<Completion> done;
+        ClientWatch watch;
+        while (watch.next(handles[i], event, [&] { return req.is_connection_closed(); }))
+            if (event.final()) done = std::move(event.completion);
+        pending_log_fields() = log_fields(*done);
+        if (done->generation.error) throw HttpException{http_error(*done->generation.error)};
+        context.index = i;
+        context.prompt_text = detokenized(tokenizer, prompts[i]);
+        context.prompt_tokens = static_cast<int>(prompts[i].size());
+        json reply = native_final_json(*done, g.engine.options, context);
+        if (!native.response_fields.empty()) reply = select_fields(reply, native.response_fields);
+        replies.push_back(std::move(reply));
+    }
+    res.set_content(dump(replies.size() == 1 ? replies[0] : replies), "application/json");
+}
+
+// content: text or a mix of text and token ids; add_special off and parse_special on unless
+// asked, as llama-server has them; with_pieces pairs each id with its text (or its bytes when
+// they are not UTF-8 on their own).
+void ServerState::tokenize(const httplib::Request& req, httplib::Response& res) const {
+    const json body = parse_body(req.body);
+    const ServedModel m = serve(body, Need::tokens);
+    const Tokenizer tokenizer = m.lease.model().tokenizer();
+    TokenizeOptions t{.add_special = false, .parse_special = true};
+    if (const json* v = optional_field(body, "add_special"))
+        t.add_special = bool_field(*v, "add_special");
+    if (const json* v = optional_field(body, "parse_special"))
+        t.parse_special = bool_field(*v, "parse_special");
+    bool with_pieces = false;
+    if (const json* v = optional_field(body, "with_pieces"))
+        with_pieces = bool_field(*v, "with_pieces");
+    std::vector<Token> tokens;
+    if (const json* content = optional_field(body, "content")) {
+        auto encoded = tokenizer.encode(string_field(*content, "content"), t);
+        if (!encoded) throw HttpException{http_error(encoded.error(), "content")};
+        tokens = std::move(*encoded);
+    }
+    json out = json::array();
+    for (Token id : tokens) {
+        if (!with_pieces) {
+            out.push_back(id);
+            continue;
+        }
+        auto piece = tokenizer.piece(id, /*render_special=*/true);
+        const std::string text = piece ? *piece : std::string();
+        json bytes = json::array();
+        for (unsigned char c : text) bytes.push_back(c);
+        out.push_back({{"id", id}, {"piece", utf8_sanitize(text) == text ? json(text) : bytes}});
+    }
+    res.set_content(dump(json{{"tokens", std::move(out)}}), "application/json");
+}
+
+void ServerState::detokenize(const httplib::Request& req, httplib::Response& res) const {
+    const json body = parse_body(req.body);
+    const ServedModel m = serve(body, Need::tokens);
+    std::vector<Token> ids;
+    if (const json* tokens = optional_field(body, "tokens")) {
+        if (!tokens->is_array())
+            reject_field("tokens", "'tokens' must be an array of token ids", "invalid_type");
+        for (const json& t : *tokens)
+            ids.push_back(
+                static_cast<Token>(integer_field(t, "tokens", 0, m.limits.vocab_size - 1)));
+    }
+    auto text = m.lease.model().tokenizer().decode(ids, /*render_special=*/true);
+    if (!text) throw HttpException{http_error(text.error(), "tokens")};
+    res.set_content(dump(json{{"content", *text}}), "application/json");
+}
+
+// The chat template rendered for `messages` (with tools and template switches), unsent.
+void ServerState::apply_template(const httplib::Request& req, httplib::Response& res) const {
+    const json body = parse_body(req.body);
+    const ServedModel m = serve(body, Need::generate);
+    GenerationRequest g = parse_chat(body, m.limits, m.lease.defaults());
+    if (const json* v = optional_field(body, "add_generation_prompt"))
+        g.render.add_generation_prompt = bool_field(*v, "add_generation_prompt");
+    const ChatTemplate* chat_template = m.lease.chat_template();
+    if (!chat_template)
+        throw HttpException{http_error(
+            Error{ErrorCode::template_error, m.lease.chat_template_error(), {}}, "messages")};
+    auto prompt = chat_template->apply(g.messages, g.render);
+    if (!prompt) throw HttpException{http_error(prompt.error(), "messages")};
+    res.set_content(dump(json{{"prompt", *prompt}}), "application/json");
+}
+
+// The prompt tokens a chat request would take, without running it ({"input_tokens": n}).
+void ServerState::count_chat_tokens(const httplib::Request& req, httplib::Response& res) const {
+    const json body = parse_body(req.body);
+    const ServedModel m = serve(body, Need::generate);
+    GenerationRequest g = parse_chat(body, m.limits, m.lease.defaults());
+    const ChatTemplate* chat_template = m.lease.chat_template();
+    if (!chat_template)
+        throw HttpException{http_error(
+            Error{ErrorCode::template_error, m.lease.chat_template_error(), {}}, "messages")};
+    auto prompt = chat_template->render(g.messages, g.render);
+    if (!prompt) throw HttpException{http_error(prompt.error(), "messages")};
+    res.set_content(dump(json{{"input_tokens", prompt->tokens.size()}}), "application/json");
+}
+
+// What llama-server says about itself and its model (the default one, or ?model=).
+void ServerState::props(const httplib::Request& req, httplib::Response& res) const {
+    json body = json::object();
+    if (req.has_param("model")) body["model"] = req.get_param_value("model");
+    const ServedModel m = serve(body, Need::generate);
+    Engine& engine = m.lease.engine();
+    GenerateOptions defaults;
+    defaults.sampling = m.lease.defaults().sampling;
+    defaults.max_tokens = -1;  // as llama-server lists it: the request's, else the flag's
+    const Tokenizer tokenizer = m.lease.model().tokenizer();
+    const SpecialTokens& tokens = m.lease.model().info().special;
+    auto special = [&](Token t) {
+        auto piece = t == no_token ? Result<std::string>(std::string()) : tokenizer.piece(t, true);
+        return piece ? *piece : std::string();
+    };
+    const ChatTemplate* chat_template = m.lease.chat_template();
+    res.set_content(
+        dump(json{
+            {"default_generation_settings",
+             {{"params", generation_settings_json(defaults, false)}, {"n_ctx", engine.n_ctx()}}},
+            {"total_slots", engine.stats().slots},
+            {"model_alias", m.lease.id()},
+            {"model_path", m.lease.model().info().path.string()},
+            {"modalities", {{"vision", false}, {"video", false}, {"audio", false}}},
+            {"endpoint_slots", options.slots_route},
+            {"endpoint_props", false},
+            {"endpoint_metrics", true},
+            {"ui", false},
+            {"chat_template", chat_template ? chat_template->source() : std::string()},
+            {"bos_token", special(tokens.bos)},
+            {"eos_token", special(tokens.eos)},
+            {"build_info", llama_build_tag()},
+            {"is_sleeping", false}}),
+        "application/json");
+}
+
+// One object per slot of the default model (or ?model=).
+void ServerState::slots(const httplib::Request& req, httplib::Response& res) const {
+    if (!options.slots_route)
+        throw HttpException{protocol_error(501, "not_supported_error",
+                                           "This server does not support slots endpoint. Start "
+                                           "it with `--slots`")};
+    json body = json::object();
+    if (req.has_param("model")) body["model"] = req.get_param_value("model");
+    const ServedModel m = serve(body, Need::generate);
+    Engine& engine = m.lease.engine();
+    const EngineStats stats = engine.stats();
+    json out = json::array();
+    for (int i = 0; i < static_cast<int>(stats.slot_running.size()); ++i)
+        out.push_back({{"id", i},
+                       {"n_ctx", engine.n_ctx()},
+                       {"speculative", false},
+                       {"is_processing", stats.slot_running.at(static_cast<std::size_t>(i))}});
+    res.set_content(dump(out), "application/json");
+}
+
+void ServerState::register_native_routes() {
+    using Req = const httplib::Request&;
+    using Res = httplib::Response&;
+    for (const char* path : {"/completion", "/completions"})
+        http.Post(path, [this](Req req, Res res) { native_completion(req, res); });
+    http.Post("/tokenize", [this](Req req, Res res) { tokenize(req, res); });
+    http.Post("/detokenize", [this](Req req, Res res) { detokenize(req, res); });
+    http.Post("/apply-template", [this](Req req, Res res) { apply_template(req, res); });
+    for (const char* path : {"/chat/completions/input_tokens", "/v1/chat/completions/input_tokens"})
+        http.Post(path, [this](Req req, Res res) { count_chat_tokens(req, res); });
+    http.Get("/props", [this](Req req, Res res) { props(req, res); });
+    http.Get("/slots", [this](Req req, Res res) { slots(req, res); });
+}
+
+}  // namespace llamapp::detail

@@ -1,0 +1,203 @@
+// llama-server's own routes on `llamapp serve`: /completion (whole and streamed), /tokenize,
+// /detokenize, /apply-template, /props and /slots, with the shapes its clients read.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+#include <vector>
+
+#include "support/command.hpp"
+#include "support/http_helpers.hpp"
+#include "support/paths.hpp"
+#include "support/server_process.hpp"
+
+namespace {
+
+using json = nlohmann::json;
+using namespace llamapp::test;
+
+class NativeRoutes : public ::testing::Test {
+  protected:
+    static void SetUpTestSuite() {
+        server_ = start_suite_server(
+            {"-m", shared_model("stories260K.gguf").string(), "-c", "512", "-np", "2", "-t", "2",
+             "--temp", "0", "-n", "16", "--slots", "-a", "tinyllama-2"},
+            start_error_);
+    }
+    void SetUp() override { ASSERT_NE(server_, nullptr) << start_error_; }
+    static void TearDownTestSuite() {
+        delete server_;
+        server_ = nullptr;
+    }
+    static json post(const std::string& path, const json& body, int status = 200) {
+        auto c = server_->client();
+        auto r = c.Post(path, body.dump(), "application/json");
+        EXPECT_TRUE(r) << path;
+        if (!r) return {};
+        EXPECT_EQ(r->status, status) << path << ": " << r->body;
+        return json::parse(r->body, nullptr, false);
+    }
+    static ServerProcess* server_;
+    static std::string start_error_;
+};
+
+ServerProcess* NativeRoutes::server_ = nullptr;
+std::string NativeRoutes::start_error_;
+
+TEST_F(NativeRoutes, ACompletionHasLlamaServersFields) {
+    const json r = post("/completion", {{"prompt", "I believe the meaning of life is"},
+                                        {"n_predict", 8},
+                                        {"return_tokens", true}});
+    EXPECT_EQ(r["model"], "tinyllama-2");
+    EXPECT_EQ(r["stop"], true);
+    EXPECT_EQ(r["stop_type"], "limit");
+    EXPECT_EQ(r["truncated"], false);
+    EXPECT_EQ(r["tokens_predicted"], 8);
+    EXPECT_EQ(r["tokens"].size(), 8u);
+    EXPECT_EQ(r["timings"]["predicted_n"], 8);
+    // The prompt with its BOS, as llama-server counts and shows it.
+    EXPECT_EQ(r["tokens_evaluated"],
+              r["timings"]["prompt_n"].get<int>() + r["timings"]["cache_n"].get<int>());
+    EXPECT_EQ(r["prompt"].get<std::string>().rfind("<s>", 0), 0u) << r["prompt"];
+    EXPECT_TRUE(r["has_new_line"].is_boolean());
+    EXPECT_EQ(r["generation_settings"]["n_predict"], 8);
+    EXPECT_EQ(r["generation_settings"]["temperature"], 0.0);  // --temp
+    EXPECT_TRUE(r["content"].is_string() && !r["content"].get<std::string>().empty());
+
+    // -n is the default; a stop string ends it as a word, named.
+    const json d = post("/completions", {{"prompt", "Once upon a time"}});
+    EXPECT_EQ(d["tokens_predicted"], 16);
+    EXPECT_EQ(d["tokens"], json::array());  // return_tokens off
+    const std::string text = d["content"];
+    const std::string word = text.substr(text.size() / 2, 3);
+    const json w = post("/completion", {{"prompt", "Once upon a time"}, {"stop", {word}}});
+    EXPECT_EQ(w["stop_type"], "word") << w.dump();
+    EXPECT_EQ(w["stopping_word"], word);
+    EXPECT_EQ(w["content"], text.substr(0, text.find(word)));
+}
+
+TEST_F(NativeRoutes, PromptFormsListsOfPromptsAndChosenFields) {
+    const json tokens = post("/tokenize", {{"content", "Once upon a time"}, {"add_special", true}});
+    const json by_text = post("/completion", {{"prompt", "Once upon a time"}, {"n_predict", 4}});
+    const json by_ids = post("/completion", {{"prompt", tokens["tokens"]}, {"n_predict", 4}});
+    EXPECT_EQ(by_ids["content"], by_text["content"]);
+    // A list without ids at its top is several prompts, answered in order.
+    const json both =
+        post("/completion", {{"prompt", {tokens["tokens"], "Once upon a time"}}, {"n_predict", 4}});
+    ASSERT_TRUE(both.is_array()) << both.dump();
+    ASSERT_EQ(both.size(), 2u);
+    EXPECT_EQ(both[0]["index"], 0);
+    EXPECT_EQ(both[1]["index"], 1);
+    EXPECT_EQ(both[0]["content"], both[1]["content"]);
+    const json some =
+        post("/completion", {{"prompt", "Once"},
+                             {"n_predict", 2},
+                             {"response_fields", {"content", "generation_settings/n_predict"}}});
+    EXPECT_EQ(some.size(), 2u) << some.dump();
+    EXPECT_EQ(some["generation_settings/n_predict"], 2);
+    const json probs = post("/completion", {{"prompt", "Once"}, {"n_predict", 3}, {"n_probs", 5}});
+    ASSERT_EQ(probs["completion_probabilities"].size(), 3u) << probs.dump();
+    const json& first = probs["completion_probabilities"][0];
+    EXPECT_LE(first["logprob"].get<double>(), 0.0);
+    EXPECT_EQ(first["top_logprobs"].size(), 5u);
+    EXPECT_TRUE(first["bytes"].is_array());
+}
+
+TEST_F(NativeRoutes, AStreamEndsWithTheWholeObjectAndNoDone) {
+    auto c = server_->client();
+    const json body = {{"prompt", "Once upon a time"}, {"n_predict", 6}, {"stream", true}};
+    auto r = c.Post("/completion", body.dump(), "application/json");
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    EXPECT_EQ(r->body.find("[DONE]"), std::string::npos);
+    std::string content;
+    json last;
+    for (const std::string& event : sse_events(r->body)) {
+        ASSERT_EQ(event.rfind("data: ", 0), 0u) << event;
+        last = json::parse(event.substr(6));
+        ASSERT_TRUE(last["stop"].is_boolean());
+        if (!last["stop"].get<bool>()) {
+            EXPECT_EQ(last["tokens"].size(), 1u);
+            content += last["content"].get<std::string>();
+        }
+    }
+    EXPECT_EQ(last["stop"], true);
+    EXPECT_EQ(last["content"], "");
+    EXPECT_EQ(last["timings"]["predicted_n"], 6);
+    EXPECT_EQ(content,
+              post("/completion", {{"prompt", "Once upon a time"}, {"n_predict", 6}})["content"]);
+}
+
+TEST_F(NativeRoutes, TokenizeDetokenizeTemplatePropsAndSlots) {
+    const json plain = post("/tokenize", {{"content", "Hello world"}});
+    const json with_bos = post("/tokenize", {{"content", "Hello world"}, {"add_special", true}});
+    EXPECT_EQ(with_bos["tokens"].size(), plain["tokens"].size() + 1);  // add_special off by default
+    EXPECT_EQ(with_bos["tokens"][0], 1);
+    const json pieces = post("/tokenize", {{"content", "Hello"}, {"with_pieces", true}});
+    ASSERT_FALSE(pieces["tokens"].empty());
+    EXPECT_TRUE(pieces["tokens"][0]["id"].is_number_integer());
+    EXPECT_TRUE(pieces["tokens"][0]["piece"].is_string());
+    EXPECT_EQ(post("/detokenize", {{"tokens", with_bos["tokens"]}})["content"], "<s> Hello world");
+    EXPECT_EQ(post("/tokenize", json::object())["tokens"], json::array());
+
+    const json rendered =
+        post("/apply-template", {{"messages", {{{"role", "user"}, {"content", "Hi there"}}}}});
+    EXPECT_NE(rendered["prompt"].get<std::string>().find("Hi there"), std::string::npos);
+
+    auto c = server_->client();
+    const json props = get_json(c, "/props");
+    EXPECT_EQ(props["total_slots"], 2);
+    EXPECT_EQ(props["model_alias"], "tinyllama-2");
+    EXPECT_NE(props["model_path"].get<std::string>().find(".gguf"), std::string::npos);
+    EXPECT_EQ(props["default_generation_settings"]["n_ctx"], 512);
+    EXPECT_EQ(props["endpoint_slots"], true);
+    EXPECT_EQ(props["bos_token"], "<s>");
+    const json slots = get_json(c, "/slots");
+    ASSERT_EQ(slots.size(), 2u) << slots.dump();
+    EXPECT_EQ(slots[0]["is_processing"], false);
+    EXPECT_EQ(slots[1]["id"], 1);
+}
+
+TEST_F(NativeRoutes, BadInputIsA400AndTheServerKeepsServing) {
+    auto c = server_->client();
+    const std::vector<json> bad = {
+        json::object(),
+        {{"prompt", 5}},
+        {{"prompt", json::array()}},
+        {{"prompt", {1, 99999}}},
+        {{"prompt", "x"}, {"n_predict", "many"}},
+        {{"prompt", "x"}, {"n_probs", 500}},
+        {{"prompt", "x"}, {"logit_bias", {{1}}}},
+        {{"prompt", {{"multimodal_data", {"AAAA"}}}}},
+        {{"prompt", "x"}, {"post_sampling_probs", true}},
+        {{"prompt", {"a", "b"}}, {"stream", true}},
+    };
+    for (const json& body : bad)
+        expect_error_shape(c.Post("/completion", body.dump(), "application/json"), 400,
+                           body.dump());
+    expect_error_shape(c.Post("/completion", "{not json", "application/json"), 400, "not json");
+    expect_error_shape(c.Post("/detokenize", R"({"tokens":[-1]})", "application/json"), 400,
+                       "bad id");
+    expect_error_shape(c.Post("/apply-template", R"({"messages":"x"})", "application/json"), 400,
+                       "bad messages");
+    EXPECT_EQ(post("/completion", {{"prompt", "Once"}, {"n_predict", 2}})["tokens_predicted"], 2);
+}
+
+// --no-slots turns /slots off with 501, as there; a second server on a port in use fails.
+TEST(NativeRoutesOff, NoSlotsIs501AndATakenPortIsRefused) {
+    ServerProcess server(
+        {"-m", shared_model("stories260K.gguf").string(), "-c", "256", "-t", "2", "--no-slots"});
+    auto c = server.client();
+    auto r = c.Get("/slots");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 501) << r->body;
+    EXPECT_TRUE(json::parse(r->body).contains("error"));
+    const CommandResult second = run_command(
+        binary("llamapp").string() + " serve -c 256 -t 2 --port " + std::to_string(server.port()) +
+        " -m " + shared_model("stories260K.gguf").string() + " 2>&1");
+    EXPECT_EQ(second.status, 1) << second.out;
+    EXPECT_NE(second.out.find("is the port taken?"), std::string::npos) << second.out;
+}
+
+}  // namespace
