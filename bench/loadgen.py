@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """One load generator for any OpenAI-compatible server (llamapp serve, llama-server).
 
-N clients each send streaming /v1/completions requests back to back, every prompt distinct.
+N clients each send streaming /v1/completions requests back to back, every prompt distinct
+(--route native: llama-server's /completion; chat: /v1/chat/completions, the prompt as a user
+message).
 Reports aggregate generated tokens/s over the whole run and TTFT percentiles (request sent ->
 first streamed token). Prints one JSON line.
 """
@@ -21,10 +23,24 @@ def prompt(rng, words):
     return " ".join(rng.choice(WORDS) for _ in range(words))
 
 
-def one_request(host, port, body):
+PATHS = {"openai": "/v1/completions", "native": "/completion", "chat": "/v1/chat/completions"}
+
+
+def generated(event):
+    """Tokens of text one streamed event carries, in any of the three shapes."""
+    if "choices" not in event:  # native: a chunk per token until the final object
+        return 1 if not event.get("stop") and event.get("tokens") else 0
+    n = 0
+    for choice in event["choices"]:
+        if choice.get("text") or (choice.get("delta") or {}).get("content"):
+            n += 1
+    return n
+
+
+def one_request(host, port, body, route):
     conn = http.client.HTTPConnection(host, port, timeout=600)
     start = time.perf_counter()
-    conn.request("POST", "/v1/completions", json.dumps(body),
+    conn.request("POST", PATHS[route], json.dumps(body),
                  {"Content-Type": "application/json"})
     resp = conn.getresponse()
     if resp.status != 200:
@@ -39,11 +55,12 @@ def one_request(host, port, body):
         event = json.loads(line[6:])
         if event.get("usage"):
             usage = event["usage"]
-        for choice in event.get("choices", []):
-            if choice.get("text"):
-                tokens += 1
-                if ttft is None:
-                    ttft = time.perf_counter() - start
+        if event.get("stop") is True:
+            usage = {"completion_tokens": event["tokens_predicted"]}
+        n = generated(event)
+        tokens += n
+        if n and ttft is None:
+            ttft = time.perf_counter() - start
     conn.close()
     if usage:
         tokens = usage["completion_tokens"]
@@ -69,6 +86,7 @@ def main():
     ap.add_argument("--prompt-words", type=int, default=100)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
+    ap.add_argument("--route", choices=sorted(PATHS), default="openai")
     args = ap.parse_args()
 
     ttfts, totals, errors = [], [], []
@@ -80,10 +98,12 @@ def main():
             body = {"prompt": prompt(rng, args.prompt_words), "max_tokens": args.max_tokens,
                     "temperature": args.temperature, "stream": True, "ignore_eos": True,
                     "stream_options": {"include_usage": True}}
+            if args.route == "chat":
+                body["messages"] = [{"role": "user", "content": body.pop("prompt")}]
             if args.temperature > 0:
                 body["seed"] = rng.randrange(1 << 30)
             try:
-                ttft, tokens = one_request(args.host, args.port, body)
+                ttft, tokens = one_request(args.host, args.port, body, args.route)
             except Exception as e:  # noqa: BLE001 - reported, not hidden
                 with lock:
                     errors.append(str(e))

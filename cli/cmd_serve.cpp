@@ -47,6 +47,16 @@ void add_model_flags(CLI::App& cmd, ServeFlags& flags) {
     add_llama_switch(cmd, "--jinja", flags.jinja,
                      "render chat templates with Jinja (default; --no-jinja: llama.cpp's "
                      "built-in templates, without tools)");
+    add_llama_option(cmd, "--reasoning", flags.reasoning,
+                     "thinking in chat: on, off, or auto (the template's default), as a request's "
+                     "chat_template_kwargs.enable_thinking sets it (-rea)")
+        ->transform(CLI::Transformer({{"true", "on"},
+                                      {"1", "on"},
+                                      {"enabled", "on"},
+                                      {"false", "off"},
+                                      {"0", "off"},
+                                      {"disabled", "off"}}))
+        ->check(CLI::IsMember({"on", "off", "auto"}));
     add_llama_switch(cmd, "--kv-unified", flags.kv_unified,
                      "slots share one KV cache, and a request may use all of -c (default; "
                      "--no-kv-unified gives each slot -c / --parallel, as llama-server does "
@@ -90,6 +100,7 @@ Result<ModelSpec> model_defaults(const ServeFlags& flags) {
     apply_draft(flags.draft, s.engine);
     s.defaults.sampling = *sampling;
     s.defaults.max_tokens = flags.n_predict < 0 ? -1 : flags.n_predict;
+    if (flags.reasoning != "auto") s.defaults.enable_thinking = flags.reasoning == "on";
     if (flags.n_predict == 0)
         return fail(ErrorCode::invalid_argument, "must be -1 or at least 1", "--n-predict");
     if (flags.embeddings) s.embed = true;

@@ -19,7 +19,7 @@ constexpr const char* honoured =
     "model, hf-repo, hf-file, alias, tags, ctx-size, batch-size, ubatch-size, threads, "
     "threads-batch, flash-attn, cache-type-k, cache-type-v, n-gpu-layers, load-mode, parallel, "
     "keep-alive, sleep-idle-seconds, embeddings, pooling, chat-template, chat-template-file, "
-    "jinja, kv-unified, max-queue, prefill-chunk, min-prefill-rows, batch-strategy, "
+    "jinja, reasoning, kv-unified, max-queue, prefill-chunk, min-prefill-rows, batch-strategy, "
     "load-on-startup, "
     "n-predict and the sampling flags (temp, top-k, top-p, min-p, typical, seed, "
     "repeat-penalty, repeat-last-n, presence-penalty, frequency-penalty, dry-*, xtc-*, "

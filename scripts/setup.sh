@@ -12,6 +12,7 @@ packages=(
   g++ cmake ninja-build ccache git pkg-config curl
   libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev libfmt-dev libspdlog-dev libssl-dev libxxhash-dev
+  python3-pytest python3-requests python3-wget python3-filelock
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -37,6 +37,9 @@ struct ModelCapabilities {
 struct RequestDefaults {
     SamplingParams sampling;  // its grammar, schema and tool calls are the request's alone
     int max_tokens = -1;      // -1: as many as the server's limit allows (llama-server's -n)
+    // Chat: whether the template is asked to think (llama-server's --reasoning on|off); unset:
+    // the template's own default.
+    std::optional<bool> enable_thinking;
 };
 
 struct ModelSpec {

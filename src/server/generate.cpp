@@ -211,11 +211,12 @@ class OpenAiReply {
     json logprobs_json(const std::vector<TokenLogprobs>& all) const {
         return chat_ ? chat_logprobs(all) : completion_logprobs(all);
     }
-    // A chat stream opens with the assistant's role, once.
+    // A chat stream opens with the assistant's role, once (its content null, as llama-server
+    // sends it).
     std::string start() {
         if (!chat_ || started_) return {};
         started_ = true;
-        return sse(chunk({{"role", "assistant"}, {"content", ""}}, nullptr, nullptr));
+        return sse(chunk({{"role", "assistant"}, {"content", nullptr}}, nullptr, nullptr));
     }
 
     std::string id_;

@@ -269,8 +269,6 @@ void ServerState::apply_template(const httplib::Request& req, httplib::Response&
     const json body = parse_body(req.body);
     const ServedModel m = serve(body, Need::generate);
     GenerationRequest g = parse_chat(body, m.limits, m.lease.defaults());
-    if (const json* v = optional_field(body, "add_generation_prompt"))
-        g.render.add_generation_prompt = bool_field(*v, "add_generation_prompt");
     const ChatTemplate* chat_template = m.lease.chat_template();
     if (!chat_template)
         throw HttpException{http_error(

@@ -210,7 +210,12 @@ void parse_response_format(const json& body, SamplingParams& s) {
         const json* type = optional_field(*v, "type");
         const std::string t = type ? string_field(*type, "response_format.type") : "";
         if (t == "json_object") {
-            s.json_schema = R"({"type":"object"})";
+            // llama-server's extension: a schema beside json_object constrains it further.
+            const json* schema = optional_field(*v, "schema");
+            if (schema && !schema->is_object())
+                reject_field("response_format.schema", "must be a JSON schema object",
+                             "invalid_type");
+            s.json_schema = schema ? schema->dump() : R"({"type":"object"})";
         } else if (t == "json_schema") {
             const json* spec = optional_field(*v, "json_schema");
             const json* schema =
@@ -388,6 +393,7 @@ std::string message_content(const json& content, const std::string& name) {
             reject_field(name, "only text content parts are supported");
         const json* t = optional_field(part, "text");
         if (!t) reject_field(name, "a text part needs 'text'");
+        if (!text.empty()) text += '\n';  // parts on lines of their own, as llama-server joins them
         text += string_field(*t, name + ".text");
     }
     return text;
@@ -482,6 +488,16 @@ GenerationRequest parse_chat(const json& body, const RequestLimits& limits,
         }
         out.messages.push_back(std::move(msg));
     }
+    if (defaults.enable_thinking) out.render.enable_thinking = *defaults.enable_thinking;
+    if (out.messages.size() >= 2 && out.messages.back().role == "assistant" &&
+        out.messages[out.messages.size() - 2].role == "assistant")
+        reject_field("messages",
+                     "Cannot have 2 or more assistant messages at the end of the list.");
+    if (const json* v = optional_field(body, "add_generation_prompt"))
+        out.render.add_generation_prompt = bool_field(*v, "add_generation_prompt");
+    if (const json* v = optional_field(body, "continue_final_message");
+        v && bool_field(*v, "continue_final_message"))
+        reject_field("continue_final_message", "continuing the final message is not supported yet");
     parse_tools(body, out.render);
     if (const json* v = optional_field(body, "chat_template_kwargs")) {
         if (!v->is_object())

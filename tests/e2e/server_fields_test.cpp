@@ -63,7 +63,8 @@ TEST_F(ServerFields, ReasoningIsSplitOutWholeAndStreamed) {
     for (const auto& chunk : post("/v1/chat/completions", body)) {
         const json& delta = chunk["choices"][0]["delta"];
         streamed_reasoning += delta.value("reasoning_content", "");
-        streamed_content += delta.value("content", "");
+        if (delta.contains("content") && delta["content"].is_string())
+            streamed_content += delta["content"].get<std::string>();
     }
     EXPECT_EQ(streamed_reasoning, reasoning);
     EXPECT_EQ(streamed_content, content);

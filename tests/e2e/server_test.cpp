@@ -220,7 +220,8 @@ TEST_F(Server, StreamedChatIsWellFramedServerSentEvents) {
         }
         const auto& choice = j["choices"][0];
         if (!choice["finish_reason"].is_null()) ++finishes;
-        if (choice["delta"].contains("content")) text += choice["delta"]["content"];
+        if (choice["delta"].contains("content") && choice["delta"]["content"].is_string())
+            text += choice["delta"]["content"].get<std::string>();
     }
     EXPECT_EQ(finishes, 1);
 }
@@ -258,7 +259,9 @@ TEST_F(Server, ForcedToolCallStreamedAsDeltas) {
         const json choice = json::parse(events[i].substr(6))["choices"][0];
         if (!choice["finish_reason"].is_null()) finish = choice["finish_reason"];
         const json& delta = choice["delta"];
-        EXPECT_TRUE(!delta.contains("content") || delta["content"] == "") << delta;
+        EXPECT_TRUE(!delta.contains("content") || delta["content"].is_null() ||
+                    delta["content"] == "")
+            << delta;
         if (!delta.contains("tool_calls")) continue;
         for (const auto& c : delta["tool_calls"]) {
             EXPECT_EQ(c["index"], 0);
@@ -348,7 +351,8 @@ TEST_F(Server, StreamedReasoningAndAnswerMatchTheWholeReply) {
         const json j = json::parse(event.substr(6));
         const json& delta = j["choices"][0]["delta"];
         if (delta.contains("reasoning_content")) reasoning += delta["reasoning_content"];
-        if (delta.contains("content")) content += delta["content"];
+        if (delta.contains("content") && delta["content"].is_string())
+            content += delta["content"].get<std::string>();
     }
     EXPECT_EQ(reasoning, message.value("reasoning_content", ""));
     EXPECT_EQ(content, message["content"].get<std::string>());
