@@ -264,15 +264,19 @@ void EngineCore::reap() {
 void EngineCore::publish_gauges() {
     int busy = 0;
     std::int64_t kv = 0;
-    std::vector<bool> running;
-    for (const auto& s : slots_) {
-        busy += s.running ? 1 : 0;
-        running.push_back(s.running != nullptr);
-        kv += static_cast<std::int64_t>(s.cached.size());
+    bool changed = slot_running_seen_.size() != slots_.size();
+    slot_running_seen_.resize(slots_.size());
+    for (std::size_t i = 0; i < slots_.size(); ++i) {
+        const bool running = slots_[i].running != nullptr;
+        busy += running ? 1 : 0;
+        changed = changed || slot_running_seen_[i] != running;
+        slot_running_seen_[i] = running;
+        kv += static_cast<std::int64_t>(slots_[i].cached.size());
     }
-    {
+    // Published only when a slot starts or stops: this runs every decode step.
+    if (changed) {
         std::lock_guard lock(running_mutex_);
-        slot_running_ = std::move(running);
+        slot_running_ = slot_running_seen_;
     }
     busy_slots_.store(busy, std::memory_order_relaxed);
     kv_tokens_.store(kv, std::memory_order_relaxed);

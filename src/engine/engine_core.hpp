@@ -192,6 +192,7 @@ class EngineCore {
     std::atomic<int> busy_slots_{0};
     mutable std::mutex running_mutex_;  // slot_running_: written by the decode thread each step
     std::vector<bool> slot_running_;
+    std::vector<bool> slot_running_seen_;  // the decode thread's own copy, compared each step
     std::atomic<std::int64_t> kv_tokens_{0};
     std::mutex idle_mutex_;
     std::condition_variable idle_;  // signalled when nothing runs and nothing waits

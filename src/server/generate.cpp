@@ -267,6 +267,13 @@ struct Stream {
 
 }  // namespace
 
+const ChatTemplate& chat_template_of(const ModelLease& lease) {
+    if (const ChatTemplate* t = lease.chat_template()) return *t;
+    throw HttpException{
+        http_error(Error{ErrorCode::template_error, lease.chat_template_error(), {}}, "messages",
+                   "no_chat_template")};
+}
+
 std::string log_fields(const Completion& c) {
     const Generation& g = c.generation;
     return fmt::format(
@@ -281,15 +288,9 @@ ChatSubmission ServerState::submit(const ServedModel& m, GenerationRequest& g, b
     g.engine.options.timeout = options.request_timeout;
     g.engine.max_prompt_tokens = static_cast<std::size_t>(m.max_prompt_tokens);
     Engine& engine = m.lease.engine();
-    const ChatTemplate* chat_template = m.lease.chat_template();
-    if (chat && !chat_template) {
-        throw HttpException{
-            http_error(Error{ErrorCode::template_error, m.lease.chat_template_error(), {}},
-                       "messages", "no_chat_template")};
-    }
     if (chat) {
-        auto submitted =
-            engine.submit_chat(*chat_template, g.messages, std::move(g.engine), g.render);
+        auto submitted = engine.submit_chat(chat_template_of(m.lease), g.messages,
+                                            std::move(g.engine), g.render);
         if (!submitted)
             throw HttpException{
                 http_error(submitted.error(), error_param(submitted.error(), true))};

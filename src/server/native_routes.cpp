@@ -264,30 +264,35 @@ void ServerState::detokenize(const httplib::Request& req, httplib::Response& res
     res.set_content(dump(json{{"content", *text}}), "application/json");
 }
 
+namespace {
+
+// A chat request's messages and render options, with its model's template.
+struct ChatInput {
+    ServedModel model;
+    GenerationRequest request;
+};
+
+ChatInput chat_input(const ServerState& server, const httplib::Request& req) {
+    const json body = parse_body(req.body);
+    ServedModel m = server.serve(body, ServerState::Need::generate);
+    GenerationRequest g = parse_chat(body, m.limits, m.lease.defaults());
+    return {std::move(m), std::move(g)};
+}
+
+}  // namespace
+
 // The chat template rendered for `messages` (with tools and template switches), unsent.
 void ServerState::apply_template(const httplib::Request& req, httplib::Response& res) const {
-    const json body = parse_body(req.body);
-    const ServedModel m = serve(body, Need::generate);
-    GenerationRequest g = parse_chat(body, m.limits, m.lease.defaults());
-    const ChatTemplate* chat_template = m.lease.chat_template();
-    if (!chat_template)
-        throw HttpException{http_error(
-            Error{ErrorCode::template_error, m.lease.chat_template_error(), {}}, "messages")};
-    auto prompt = chat_template->apply(g.messages, g.render);
+    const ChatInput in = chat_input(*this, req);
+    auto prompt = chat_template_of(in.model.lease).apply(in.request.messages, in.request.render);
     if (!prompt) throw HttpException{http_error(prompt.error(), "messages")};
     res.set_content(dump(json{{"prompt", *prompt}}), "application/json");
 }
 
 // The prompt tokens a chat request would take, without running it ({"input_tokens": n}).
 void ServerState::count_chat_tokens(const httplib::Request& req, httplib::Response& res) const {
-    const json body = parse_body(req.body);
-    const ServedModel m = serve(body, Need::generate);
-    GenerationRequest g = parse_chat(body, m.limits, m.lease.defaults());
-    const ChatTemplate* chat_template = m.lease.chat_template();
-    if (!chat_template)
-        throw HttpException{http_error(
-            Error{ErrorCode::template_error, m.lease.chat_template_error(), {}}, "messages")};
-    auto prompt = chat_template->render(g.messages, g.render);
+    const ChatInput in = chat_input(*this, req);
+    auto prompt = chat_template_of(in.model.lease).render(in.request.messages, in.request.render);
     if (!prompt) throw HttpException{http_error(prompt.error(), "messages")};
     res.set_content(dump(json{{"input_tokens", prompt->tokens.size()}}), "application/json");
 }

@@ -76,6 +76,9 @@ struct ServerState {
 
 HttpError draining_error();
 
+// The model's chat template; a model without one is a 400 naming messages.
+const ChatTemplate& chat_template_of(const ModelLease& lease);
+
 // A finished generation's part of its access-log line.
 std::string log_fields(const Completion& c);
 
