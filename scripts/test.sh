@@ -19,15 +19,19 @@ done
 
 if [ -n "$sanitize" ]; then
   export LLAMAPP_BUILD_DIR=${LLAMAPP_BUILD_DIR:-$root/build-${sanitize:0:1}san}
-  export LLAMAPP_BUILD_TYPE=RelWithDebInfo
+  # AddressSanitizer: Release, as the normal build, so that llama.cpp (not instrumented, see
+  # CMakeLists.txt) comes from the same ccache entries.
+  if [ "$sanitize" = address ]; then build_type=Release; else build_type=RelWithDebInfo; fi
+  export LLAMAPP_BUILD_TYPE=$build_type
   # The benchmark programs are timed in the normal build only.
   export LLAMAPP_CMAKE_ARGS="-DLLAMAPP_SANITIZE=$sanitize -DLLAMAPP_BUILD_BENCH=OFF ${LLAMAPP_CMAKE_ARGS:-}"
   export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
   export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1:suppressions=$root/tests/tsan.supp}
 fi
 "$root/scripts/setup.sh"
-# The official OpenAI Node SDK for the server's end-to-end tests, pinned by its lock file.
-sdk="$root/tests/e2e/openai_sdk"
+# The official OpenAI and Anthropic Node SDKs for the server's end-to-end tests, pinned by their
+# lock file.
+sdk="$root/tests/e2e/client_sdks"
 if ! cmp -s "$sdk/package-lock.json" "$sdk/node_modules/.installed-from-lock" 2>/dev/null; then
   npm ci --prefix "$sdk" --no-audit --no-fund --loglevel=error >&2
   cp "$sdk/package-lock.json" "$sdk/node_modules/.installed-from-lock"

@@ -118,13 +118,9 @@ json completion_logprobs(const std::vector<TokenLogprobs>& all) {
             {"text_offset", offsets}};
 }
 
-std::string sse(const json& data) {
-    return "data: " + dump(data) + "\n\n";
-}
-
 // The OpenAI wire format of one reply, whole or streamed, for /v1/completions and
 // /v1/chat/completions: both shapes come from the same pieces (envelope, message, logprobs).
-class OpenAiReply {
+class OpenAiReply : public StreamFormat {
   public:
     OpenAiReply(std::string id, std::string model, bool chat, bool logprobs, bool include_usage,
                 const ChatPrompt& prompt)
@@ -136,8 +132,6 @@ class OpenAiReply {
           include_usage_(include_usage),
           prompt_(prompt),
           parser_(prompt) {}
-
-    const std::string& id() const { return id_; }
 
     // The complete response body.
     json whole(const Generation& gen) const {
@@ -158,36 +152,37 @@ class OpenAiReply {
     }
 
     // Server-sent events for one streamed piece (empty when it shows nothing yet).
-    std::string piece(const StreamPiece& piece) {
+    std::string piece(const StreamPiece& piece) override {
         std::string out = start();
         if (piece.text.empty() && !piece.logprobs) return out;
         json lp = nullptr;
         if (logprobs_ && piece.logprobs) lp = logprobs_json({*piece.logprobs});
-        if (!chat_) return out + sse(chunk(piece.text, nullptr, lp));
+        if (!chat_) return out + sse_data(chunk(piece.text, nullptr, lp));
         if (const ChatDelta d = parser_.push(piece.text); !d.empty() || !lp.is_null())
-            out += sse(chunk(delta_json(d), nullptr, lp));
+            out += sse_data(chunk(delta_json(d), nullptr, lp));
         return out;
     }
 
     // The last events of a stream: the rest of the reply, its finish reason, the usage when
     // asked for (or the error), then [DONE].
-    std::string last(const Generation& gen) {
+    std::string last(const Completion& done) override {
+        const Generation& gen = done.generation;
         std::string out = start();
-        if (gen.error) return out + sse(http_error(*gen.error).body()) + "data: [DONE]\n\n";
+        if (gen.error) return out + sse_data(http_error(*gen.error).body()) + "data: [DONE]\n\n";
         bool tool_calls = false;
         if (chat_) {
             const bool complete = gen.finish_reason == FinishReason::stop;
             if (const ChatDelta d = parser_.finish(complete); !d.empty())
-                out += sse(chunk(delta_json(d), nullptr, nullptr));
+                out += sse_data(chunk(delta_json(d), nullptr, nullptr));
             tool_calls = !parser_.message().tool_calls.empty();
         }
-        out += sse(chunk(chat_ ? json::object() : json(""),
-                         finish_name(gen.finish_reason, tool_calls), nullptr));
+        out += sse_data(chunk(chat_ ? json::object() : json(""),
+                              finish_name(gen.finish_reason, tool_calls), nullptr));
         if (include_usage_) {
             json u = envelope(chat_ ? "chat.completion.chunk" : "text_completion");
             u["choices"] = json::array();
             u["usage"] = usage_json(gen);
-            out += sse(u);
+            out += sse_data(u);
         }
         return out + "data: [DONE]\n\n";
     }
@@ -216,7 +211,7 @@ class OpenAiReply {
     std::string start() {
         if (!chat_ || started_) return {};
         started_ = true;
-        return sse(chunk({{"role", "assistant"}, {"content", nullptr}}, nullptr, nullptr));
+        return sse_data(chunk({{"role", "assistant"}, {"content", nullptr}}, nullptr, nullptr));
     }
 
     std::string id_;
@@ -242,28 +237,6 @@ std::string error_param(const Error& e, bool chat) {
     if (e.code == ErrorCode::template_error) return "messages";
     return {};
 }
-
-// Streaming: the provider runs on this connection's thread until the final event.
-struct Stream {
-    Stream(ModelLease l, RequestHandle h, OpenAiReply r, InFlight c)
-        : lease(std::move(l)), handle(std::move(h)), reply(std::move(r)), counted(std::move(c)) {}
-    Stream(const Stream&) = delete;
-    Stream& operator=(const Stream&) = delete;
-    ~Stream() {
-        if (server) server->access_log(method, path, 200, bytes, reply.id(), fields);
-    }
-
-    ModelLease lease;  // first: released after the handle
-    RequestHandle handle;
-    OpenAiReply reply;
-    InFlight counted;
-    ClientWatch watch;
-    // The access-log line, written when the stream ends however it ends.
-    const ServerState* server = nullptr;
-    std::string method, path;
-    std::size_t bytes = 0;
-    std::string fields = "finish=disconnected";
-};
 
 }  // namespace
 
@@ -314,48 +287,18 @@ void ServerState::generate(const httplib::Request& req, httplib::Response& res, 
     GenerationRequest g = chat ? parse_chat(body, served.limits, defaults)
                                : parse_completion(body, served.limits, defaults);
     ChatSubmission submitted = submit(served, g, chat);
-    OpenAiReply reply(fmt::format("{}-{}", chat ? "chatcmpl" : "cmpl", next_id.fetch_add(1) + 1),
-                      served.lease.id(), chat, g.logprobs, g.include_usage, submitted.prompt);
-    res.set_header("X-Request-Id", reply.id());
+    const std::string id =
+        fmt::format("{}-{}", chat ? "chatcmpl" : "cmpl", next_id.fetch_add(1) + 1);
+    auto reply = std::make_unique<OpenAiReply>(id, served.lease.id(), chat, g.logprobs,
+                                               g.include_usage, submitted.prompt);
+    res.set_header("X-Request-Id", id);
     if (!g.stream) {
-        EngineEvent event;
-        std::optional<Completion> done;
-        ClientWatch watch;
-        while (watch.next(submitted.handle, event, [&] { return req.is_connection_closed(); }))
-            if (event.final()) done = std::move(event.completion);
-        pending_log_fields() = log_fields(*done);
-        if (done->generation.error) throw HttpException{http_error(*done->generation.error)};
-        res.set_content(dump(reply.whole(done->generation)), "application/json");
+        const Completion done = await_whole(req, submitted.handle);
+        res.set_content(dump(reply->whole(done.generation)), "application/json");
         return;
     }
-    auto stream = std::make_shared<Stream>(std::move(served.lease), std::move(submitted.handle),
-                                           std::move(reply), std::move(counted));
-    stream->method = req.method;
-    stream->path = req.path;
-    stream->server = this;
-    res.set_header("Cache-Control", "no-cache");
-    res.set_chunked_content_provider(
-        "text/event-stream", [stream](std::size_t, httplib::DataSink& sink) {
-            Stream& s = *stream;
-            EngineEvent event;
-            if (!s.watch.next(s.handle, event, [&] { return !sink.is_writable(); })) {
-                sink.done();
-                return true;
-            }
-            std::string out;
-            if (!event.final()) {
-                out = s.reply.piece(event.piece);
-            } else {
-                s.fields = log_fields(*event.completion);
-                out = s.reply.last(event.completion->generation);
-            }
-            if (!out.empty() && !sink.write(out.data(), out.size())) {
-                s.handle.cancel();  // the client went away
-                return false;
-            }
-            s.bytes += out.size();
-            return true;
-        });
+    stream_reply(req, res, std::move(served.lease), std::move(submitted.handle), std::move(counted),
+                 id, std::move(reply));
 }
 
 }  // namespace llamapp::detail

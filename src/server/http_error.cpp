@@ -9,6 +9,37 @@ nlohmann::json HttpError::body() const {
     return {{"error", e}};
 }
 
+// Anthropic's error types are few: one per status, as its API documents them.
+nlohmann::json HttpError::anthropic_body() const {
+    const char* t = "api_error";
+    switch (status) {
+        case 400:
+            t = "invalid_request_error";
+            break;
+        case 401:
+            t = "authentication_error";
+            break;
+        case 403:
+            t = "permission_error";
+            break;
+        case 404:
+            t = "not_found_error";
+            break;
+        case 413:
+            t = "request_too_large";
+            break;
+        case 429:
+            t = "rate_limit_error";
+            break;
+        case 503:
+            t = "overloaded_error";
+            break;
+        default:
+            t = status >= 400 && status < 500 ? "invalid_request_error" : "api_error";
+    }
+    return {{"type", "error"}, {"error", {{"type", t}, {"message", message}}}};
+}
+
 HttpError invalid(std::string param, std::string message, std::string code) {
     return {400, "invalid_request_error", std::move(code), std::move(param), std::move(message)};
 }

@@ -16,7 +16,8 @@ struct HttpError {
     std::string param;  // the request field at fault, if any
     std::string message;
 
-    nlohmann::json body() const;
+    nlohmann::json body() const;            // OpenAI's shape (llama-server's too)
+    nlohmann::json anthropic_body() const;  // Anthropic's: {"type": "error", "error": {...}}
 };
 
 // Model output can hold partial UTF-8 (a log-prob's token piece): replaced, never thrown on.

@@ -97,42 +97,25 @@ std::string detokenized(const Tokenizer& tokenizer, const std::vector<Token>& to
     return text ? *text : std::string();
 }
 
-// Streaming one prompt: the provider runs on the connection's thread until the final chunk.
-// llama-server's native stream has no [DONE]: it ends after the final object.
-struct NativeStream {
-    NativeStream(ModelLease l, RequestHandle h, InFlight c)
-        : lease(std::move(l)), handle(std::move(h)), counted(std::move(c)) {}
-    NativeStream(const NativeStream&) = delete;
-    NativeStream& operator=(const NativeStream&) = delete;
-    ~NativeStream() {
-        if (server) server->access_log("POST", path, 200, bytes, id, fields);
+// llama-server's native stream: one object per piece, then the final object; no [DONE].
+class NativeStreamFormat : public StreamFormat {
+  public:
+    NativeStreamFormat(GenerateOptions options, NativeReplyContext context)
+        : options_(std::move(options)), context_(std::move(context)) {}
+
+    std::string piece(const StreamPiece& piece) override {
+        return sse_data(native_chunk_json(piece, ++predicted_, context_));
+    }
+    std::string last(const Completion& done) override {
+        if (done.generation.error) return sse_data(http_error(*done.generation.error).body());
+        return sse_data(native_final_json(done, options_, context_));
     }
 
-    ModelLease lease;  // first: released after the handle
-    RequestHandle handle;
-    InFlight counted;
-    ClientWatch watch;
-    GenerateOptions options;
-    NativeReplyContext context;
-    int predicted = 0;
-    const ServerState* server = nullptr;
-    std::string path, id;
-    std::size_t bytes = 0;
-    std::string fields = "finish=disconnected";
+  private:
+    GenerateOptions options_;
+    NativeReplyContext context_;
+    int predicted_ = 0;
 };
-
-std::string sse_data(const json& j) {
-    return "data: " + dump(j) + "\n\n";
-}
-
-// The next chunk of a native stream: a piece, the final object, or an error object.
-std::string next_chunk(NativeStream& s, const EngineEvent& event) {
-    if (!event.final()) return sse_data(native_chunk_json(event.piece, ++s.predicted, s.context));
-    const Completion& done = *event.completion;
-    s.fields = log_fields(done);
-    if (done.generation.error) return sse_data(http_error(*done.generation.error).body());
-    return sse_data(native_final_json(done, s.options, s.context));
-}
 
 }  // namespace
 
@@ -168,44 +151,18 @@ void ServerState::native_completion(const httplib::Request& req, httplib::Respon
     if (g.stream) {
         context.prompt_text = detokenized(tokenizer, prompts.front());
         context.prompt_tokens = static_cast<int>(prompts.front().size());
-        auto s = std::make_shared<NativeStream>(std::move(served.lease), std::move(handles.front()),
-                                                std::move(counted));
-        s->options = g.engine.options;
-        s->context = std::move(context);
-        s->server = this;
-        s->path = req.path;
-        s->id = id;
-        res.set_header("Cache-Control", "no-cache");
-        res.set_chunked_content_provider(
-            "text/event-stream", [s](std::size_t, httplib::DataSink& sink) {
-                EngineEvent event;
-                if (!s->watch.next(s->handle, event, [&] { return !sink.is_writable(); })) {
-                    sink.done();
-                    return true;
-                }
-                const std::string out = next_chunk(*s, event);
-                if (!sink.write(out.data(), out.size())) {
-                    s->handle.cancel();  // the client went away
-                    return false;
-                }
-                s->bytes += out.size();
-                return true;
-            });
+        stream_reply(req, res, std::move(served.lease), std::move(handles.front()),
+                     std::move(counted), id,
+                     std::make_unique<NativeStreamFormat>(g.engine.options, std::move(context)));
         return;
     }
     json replies = json::array();
     for (std::size_t i = 0; i < handles.size(); ++i) {
-        EngineEvent event;
-        std::optional<Completion> done;
-        ClientWatch watch;
-        while (watch.next(handles[i], event, [&] { return req.is_connection_closed(); }))
-            if (event.final()) done = std::move(event.completion);
-        pending_log_fields() = log_fields(*done);
-        if (done->generation.error) throw HttpException{http_error(*done->generation.error)};
+        const Completion done = await_whole(req, handles[i]);
         context.index = i;
         context.prompt_text = detokenized(tokenizer, prompts[i]);
         context.prompt_tokens = static_cast<int>(prompts[i].size());
-        json reply = native_final_json(*done, g.engine.options, context);
+        json reply = native_final_json(done, g.engine.options, context);
         if (!native.response_fields.empty()) reply = select_fields(reply, native.response_fields);
         replies.push_back(std::move(reply));
     }

@@ -124,11 +124,17 @@ HttpError draining_error() {
                       "draining");
 }
 
-void ServerState::send_error(httplib::Response& res, const HttpError& error) const {
+bool anthropic_route(const std::string& path) {
+    return path == "/v1/messages" || path.starts_with("/v1/messages/");
+}
+
+void ServerState::send_error(const httplib::Request& req, httplib::Response& res,
+                             const HttpError& error) const {
     res.status = error.status;
     if (error.status == 429) res.set_header("Retry-After", "1");
     if (error.status == 503) res.set_header("Retry-After", "5");
-    res.set_content(dump(error.body()), "application/json");
+    res.set_content(dump(anthropic_route(req.path) ? error.anthropic_body() : error.body()),
+                    "application/json");
 }
 
 bool ServerState::authorized(const httplib::Request& req) const {
@@ -178,12 +184,13 @@ httplib::Server::HandlerResponse ServerState::pre_route(const httplib::Request& 
         }
     }
     if (!public_route(req.path) && !authorized(req)) {
-        send_error(res, protocol_error(401, "invalid_api_key",
-                                       "a valid API key is required (Authorization: Bearer ...)"));
+        send_error(req, res,
+                   protocol_error(401, "invalid_api_key",
+                                  "a valid API key is required (Authorization: Bearer ...)"));
         return httplib::Server::HandlerResponse::Handled;
     }
     if (draining && req.method == "POST") {
-        send_error(res, draining_error());
+        send_error(req, res, draining_error());
         return httplib::Server::HandlerResponse::Handled;
     }
     return httplib::Server::HandlerResponse::Unhandled;
@@ -194,14 +201,17 @@ httplib::Server::HandlerResponse ServerState::pre_route(const httplib::Request& 
 void ServerState::answer_protocol_error(const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;
     if (res.status == 404) {
-        send_error(res, protocol_error(404, "unknown_route",
-                                       fmt::format("no route {} {}", req.method, req.path)));
+        send_error(req, res,
+                   protocol_error(404, "unknown_route",
+                                  fmt::format("no route {} {}", req.method, req.path)));
     } else if (res.status == 413) {
         send_error(
-            res, protocol_error(413, "body_too_large",
-                                fmt::format("the body exceeds {} bytes", options.max_body_bytes)));
+            req, res,
+            protocol_error(413, "body_too_large",
+                           fmt::format("the body exceeds {} bytes", options.max_body_bytes)));
     } else {
-        send_error(res, protocol_error(res.status, "bad_request", "the request could not be read"));
+        send_error(req, res,
+                   protocol_error(res.status, "bad_request", "the request could not be read"));
     }
 }
 
@@ -219,7 +229,7 @@ void ServerState::install_hooks() {
         answer_protocol_error(req, res);
     });
     http.set_exception_handler(
-        [this](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+        [this](const httplib::Request& req, httplib::Response& res, std::exception_ptr ep) {
             HttpError e = http_error(Error{ErrorCode::internal, "internal error", {}});
             try {
                 std::rethrow_exception(ep);
@@ -229,7 +239,7 @@ void ServerState::install_hooks() {
                 e.message = x.what();
             } catch (...) {
             }
-            send_error(res, e);
+            send_error(req, res, e);
         });
 }
 
@@ -284,6 +294,7 @@ void ServerState::register_routes() {
     http.Post("/chat/completions", [this](Req req, Res res) { generate(req, res, true); });
     http.Get("/models", [this](Req, Res res) { list_models(res); });
     register_native_routes();
+    register_anthropic_routes();
     register_cache_routes();
     register_model_routes();
 }

@@ -23,6 +23,37 @@ struct ServedModel {
     int max_prompt_tokens = 0;
 };
 
+// One Server-Sent Event without a name.
+inline std::string sse_data(const nlohmann::json& data) {
+    return "data: " + dump(data) + "\n\n";
+}
+
+// The wire format of one streamed reply: what each engine event becomes on the connection.
+// Used by one connection thread at a time.
+class StreamFormat {
+  public:
+    virtual ~StreamFormat() = default;
+    virtual std::string piece(const StreamPiece& piece) = 0;
+    // The final events, or the error that ended the generation.
+    virtual std::string last(const Completion& done) = 0;
+};
+
+struct ServerState;
+
+// Keeps the in-flight count for drain(); a streamed response holds it until its last event.
+class InFlight {
+  public:
+    explicit InFlight(ServerState& s);
+    InFlight(InFlight&& o) noexcept : s_(std::exchange(o.s_, nullptr)) {}
+    InFlight(const InFlight&) = delete;
+    InFlight& operator=(const InFlight&) = delete;
+    InFlight& operator=(InFlight&&) = delete;
+    ~InFlight();
+
+  private:
+    ServerState* s_;
+};
+
 struct ServerState {
     ServerState(ModelManager& m, ServerOptions o)
         : models(m), store(m.kv_store()), options(std::move(o)) {}
@@ -52,6 +83,10 @@ struct ServerState {
     void count_chat_tokens(const httplib::Request& req, httplib::Response& res) const;
     void props(const httplib::Request& req, httplib::Response& res) const;
     void slots(const httplib::Request& req, httplib::Response& res) const;
+    // Anthropic's Messages API (anthropic_routes.cpp).
+    void register_anthropic_routes();
+    void anthropic_messages(const httplib::Request& req, httplib::Response& res);
+    void count_message_tokens(const httplib::Request& req, httplib::Response& res) const;
     void register_cache_routes();
     void register_model_routes();
     void load_model(const httplib::Request& req, httplib::Response& res);
@@ -59,8 +94,19 @@ struct ServerState {
     // Hands the request to the engine (chat: rendered and tokenized there); errors are thrown as
     // HttpException. A completion's ChatPrompt is empty.
     ChatSubmission submit(const ServedModel& m, GenerationRequest& g, bool chat);
+    // Answers `handle` as a stream in `format` (`content_type`, Server-Sent Events by default);
+    // the provider runs on the connection's thread until the final event, the lease and the
+    // in-flight count are held until then, and a client that goes away cancels the request.
+    void stream_reply(const httplib::Request& req, httplib::Response& res, ModelLease lease,
+                      RequestHandle handle, InFlight counted, const std::string& id,
+                      std::unique_ptr<StreamFormat> format) const;
+    // Waits for a whole reply (a departed client cancels it) and leaves its log fields; an
+    // error that ended the generation is thrown.
+    static Completion await_whole(const httplib::Request& req, RequestHandle& handle);
     void embeddings(const httplib::Request& req, httplib::Response& res);
-    void send_error(httplib::Response& res, const HttpError& error) const;
+    // In the shape of the protocol the request's path speaks (Anthropic's on /v1/messages).
+    void send_error(const httplib::Request& req, httplib::Response& res,
+                    const HttpError& error) const;
     // The model the body's "model" names (absent: the default), loaded if it is not, and what
     // its requests may ask for. Throws HttpException: 404 model_not_found, 503 for a model that
     // failed or does not fit, 429 when too many wait for its load, 400 when it cannot `need`.
@@ -74,7 +120,15 @@ struct ServerState {
                     std::size_t bytes, const std::string& id, const std::string& fields) const;
 };
 
+inline InFlight::InFlight(ServerState& s) : s_(&s) {
+    s_->in_flight.fetch_add(1);
+}
+inline InFlight::~InFlight() {
+    if (s_) s_->in_flight.fetch_sub(1);
+}
+
 HttpError draining_error();
+bool anthropic_route(const std::string& path);
 
 // The model's chat template; a model without one is a 400 naming messages.
 const ChatTemplate& chat_template_of(const ModelLease& lease);
@@ -110,21 +164,5 @@ class ClientWatch {
 // Fields a non-streamed generation leaves for the access-log line of the request this thread
 // is answering (httplib runs a request's handler and its logger on one thread).
 std::string& pending_log_fields();
-
-// Keeps the in-flight count for drain(); a streamed response holds it until its last event.
-class InFlight {
-  public:
-    explicit InFlight(ServerState& s) : s_(&s) { s_->in_flight.fetch_add(1); }
-    InFlight(InFlight&& o) noexcept : s_(std::exchange(o.s_, nullptr)) {}
-    InFlight(const InFlight&) = delete;
-    InFlight& operator=(const InFlight&) = delete;
-    InFlight& operator=(InFlight&&) = delete;
-    ~InFlight() {
-        if (s_) s_->in_flight.fetch_sub(1);
-    }
-
-  private:
-    ServerState* s_;
-};
 
 }  // namespace llamapp::detail

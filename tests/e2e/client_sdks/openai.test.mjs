@@ -1,37 +1,14 @@
-// `llamapp serve` driven by the official OpenAI Node SDK (node --test).
-// LLAMAPP_BIN: the llamapp binary; LLAMAPP_MODEL: a GGUF with a real tokenizer and chat template.
+// `llamapp serve` driven by the official OpenAI Node SDK (node --test); see server.mjs.
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
-import { spawn } from "node:child_process";
+import { startServer } from "./server.mjs";
 import OpenAI from "openai";
 
-const bin = process.env.LLAMAPP_BIN;
-const modelPath = process.env.LLAMAPP_MODEL;
 let server;
 let client;
 let modelId;
 
-function startServer(args) {
-  return new Promise((resolve, reject) => {
-    const child = spawn(bin, ["serve", "--port", "0", "-m", modelPath, ...args], {
-      stdio: ["ignore", "ignore", "pipe"],
-    });
-    let log = "";
-    const timer = setTimeout(() => reject(new Error("the server did not start:\n" + log)), 60000);
-    child.stderr.on("data", (chunk) => {
-      log += chunk;
-      const m = log.match(/http:\/\/127\.0\.0\.1:(\d+)/);
-      if (m) {
-        clearTimeout(timer);
-        resolve({ child, port: Number(m[1]) });
-      }
-    });
-    child.on("exit", (code) => reject(new Error(`the server exited (${code}):\n${log}`)));
-  });
-}
-
 before(async () => {
-  assert.ok(bin && modelPath, "LLAMAPP_BIN and LLAMAPP_MODEL must be set");
   server = await startServer(["-c", "2048", "-t", "2", "--parallel", "2", "--api-key", "sdk-key", "--embeddings"]);
   client = new OpenAI({ apiKey: "sdk-key", baseURL: `http://127.0.0.1:${server.port}/v1` });
 });

@@ -1,0 +1,76 @@
+// How every generating route waits for its reply: whole, or streamed in the route's own format.
+#include "server/server_state.hpp"
+
+namespace llamapp::detail {
+
+namespace {
+
+// The provider's state; it lives as long as httplib keeps the provider.
+struct ReplyStream {
+    ReplyStream(ModelLease l, RequestHandle h, InFlight c, std::unique_ptr<StreamFormat> f)
+        : lease(std::move(l)), handle(std::move(h)), counted(std::move(c)), format(std::move(f)) {}
+    ReplyStream(const ReplyStream&) = delete;
+    ReplyStream& operator=(const ReplyStream&) = delete;
+    ~ReplyStream() {
+        if (server) server->access_log(method, path, 200, bytes, id, fields);
+    }
+
+    ModelLease lease;  // first: released after the handle
+    RequestHandle handle;
+    InFlight counted;
+    std::unique_ptr<StreamFormat> format;
+    ClientWatch watch;
+    // The access-log line, written when the stream ends however it ends.
+    const ServerState* server = nullptr;
+    std::string method, path, id;
+    std::size_t bytes = 0;
+    std::string fields = "finish=disconnected";
+};
+
+}  // namespace
+
+void ServerState::stream_reply(const httplib::Request& req, httplib::Response& res,
+                               ModelLease lease, RequestHandle handle, InFlight counted,
+                               const std::string& id, std::unique_ptr<StreamFormat> format) const {
+    auto s = std::make_shared<ReplyStream>(std::move(lease), std::move(handle), std::move(counted),
+                                           std::move(format));
+    s->server = this;
+    s->method = req.method;
+    s->path = req.path;
+    s->id = id;
+    res.set_header("Cache-Control", "no-cache");
+    res.set_chunked_content_provider(
+        "text/event-stream", [s](std::size_t, httplib::DataSink& sink) {
+            EngineEvent event;
+            if (!s->watch.next(s->handle, event, [&] { return !sink.is_writable(); })) {
+                sink.done();
+                return true;
+            }
+            std::string out;
+            if (!event.final()) {
+                out = s->format->piece(event.piece);
+            } else {
+                s->fields = log_fields(*event.completion);
+                out = s->format->last(*event.completion);
+            }
+            if (!out.empty() && !sink.write(out.data(), out.size())) {
+                s->handle.cancel();  // the client went away
+                return false;
+            }
+            s->bytes += out.size();
+            return true;
+        });
+}
+
+Completion ServerState::await_whole(const httplib::Request& req, RequestHandle& handle) {
+    EngineEvent event;
+    std::optional<Completion> done;
+    ClientWatch watch;
+    while (watch.next(handle, event, [&] { return req.is_connection_closed(); }))
+        if (event.final()) done = std::move(event.completion);
+    pending_log_fields() = log_fields(*done);
+    if (done->generation.error) throw HttpException{http_error(*done->generation.error)};
+    return std::move(*done);
+}
+
+}  // namespace llamapp::detail
