@@ -2,8 +2,6 @@
 // OpenAI routes, and its replies written in Anthropic's shapes.
 #pragma once
 
-#include <memory>
-
 #include "server/server_state.hpp"
 
 namespace llamapp::detail {
@@ -17,17 +15,5 @@ struct MessagesRequest {
 // the OpenAI routes.
 MessagesRequest parse_messages(const nlohmann::json& body, const RequestLimits& limits,
                                const RequestDefaults& defaults);
-
-// Anthropic's stop_reason for a finished reply.
-const char* stop_reason_of(const Generation& g, bool tool_use);
-
-// The whole reply: {"id", "type": "message", "role", "model", "content": [blocks], ...}.
-nlohmann::json anthropic_message_json(const std::string& id, const std::string& model,
-                                      const Generation& g, const ChatPrompt& prompt);
-
-// The stream's events: message_start and ping first, content blocks as the reply grows,
-// message_delta and message_stop at the end (an error event when the generation failed).
-std::unique_ptr<StreamFormat> anthropic_stream(std::string id, std::string model,
-                                               const ChatPrompt& prompt);
 
 }  // namespace llamapp::detail

@@ -35,6 +35,12 @@ std::string event(const char* name, const json& data) {
     return fmt::format("event: {}\ndata: {}\n\n", name, dump(data));
 }
 
+const char* stop_reason_of(const Generation& g, bool tool_use) {
+    if (g.finish_reason == FinishReason::length) return "max_tokens";
+    if (tool_use) return "tool_use";
+    return g.stop_sequence.empty() ? "end_turn" : "stop_sequence";
+}
+
 // Content blocks open one at a time, in order: thinking, then text, then tool calls.
 class AnthropicStream : public StreamFormat {
   public:
@@ -139,14 +145,6 @@ class AnthropicStream : public StreamFormat {
     int next_index_ = 0;
 };
 
-}  // namespace
-
-const char* stop_reason_of(const Generation& g, bool tool_use) {
-    if (g.finish_reason == FinishReason::length) return "max_tokens";
-    if (tool_use) return "tool_use";
-    return g.stop_sequence.empty() ? "end_turn" : "stop_sequence";
-}
-
 json anthropic_message_json(const std::string& id, const std::string& model, const Generation& g,
                             const ChatPrompt& prompt) {
     const ChatMessage m =
@@ -172,10 +170,7 @@ json anthropic_message_json(const std::string& id, const std::string& model, con
             {"usage", usage_json(g.usage)}};
 }
 
-std::unique_ptr<StreamFormat> anthropic_stream(std::string id, std::string model,
-                                               const ChatPrompt& prompt) {
-    return std::make_unique<AnthropicStream>(std::move(id), std::move(model), prompt);
-}
+}  // namespace
 
 void ServerState::anthropic_messages(const httplib::Request& req, httplib::Response& res) {
     InFlight counted(*this);
@@ -194,7 +189,7 @@ void ServerState::anthropic_messages(const httplib::Request& req, httplib::Respo
             "application/json");
         return;
     }
-    auto format = anthropic_stream(id, served.lease.id(), submitted.prompt);
+    auto format = std::make_unique<AnthropicStream>(id, served.lease.id(), submitted.prompt);
     stream_reply(req, res, std::move(served.lease), std::move(submitted.handle), std::move(counted),
                  id, std::move(format));
 }
