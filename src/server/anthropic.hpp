@@ -1,5 +1,5 @@
 // Internal: Anthropic's Messages API (/v1/messages) read into the same engine request as the
-// OpenAI routes, and its replies written in Anthropic's shapes.
+// OpenAI routes; its replies are written in anthropic_routes.cpp.
 #pragma once
 
 #include "server/server_state.hpp"
