@@ -3,7 +3,7 @@
 
 N clients each send streaming /v1/completions requests back to back, every prompt distinct
 (--route native: llama-server's /completion; chat: /v1/chat/completions, the prompt as a user
-message).
+message; messages: Anthropic's /v1/messages, the same).
 Reports aggregate generated tokens/s over the whole run and TTFT percentiles (request sent ->
 first streamed token). Prints one JSON line.
 """
@@ -23,11 +23,14 @@ def prompt(rng, words):
     return " ".join(rng.choice(WORDS) for _ in range(words))
 
 
-PATHS = {"openai": "/v1/completions", "native": "/completion", "chat": "/v1/chat/completions"}
+PATHS = {"openai": "/v1/completions", "native": "/completion", "chat": "/v1/chat/completions",
+         "messages": "/v1/messages"}
 
 
 def generated(event):
-    """Tokens of text one streamed event carries, in any of the three shapes."""
+    """Tokens of text one streamed event carries, in any of the four shapes."""
+    if event.get("type") == "content_block_delta":  # Anthropic: a text delta per piece
+        return 1 if event["delta"].get("text") else 0
     if "choices" not in event:  # native: a chunk per token until the final object
         return 1 if not event.get("stop") and event.get("tokens") else 0
     n = 0
@@ -55,6 +58,8 @@ def one_request(host, port, body, route):
         event = json.loads(line[6:])
         if event.get("usage"):
             usage = event["usage"]
+        if event.get("type") == "message_delta":
+            usage = {"completion_tokens": event["usage"]["output_tokens"]}
         if event.get("stop") is True:
             usage = {"completion_tokens": event["tokens_predicted"]}
         n = generated(event)
@@ -98,7 +103,7 @@ def main():
             body = {"prompt": prompt(rng, args.prompt_words), "max_tokens": args.max_tokens,
                     "temperature": args.temperature, "stream": True, "ignore_eos": True,
                     "stream_options": {"include_usage": True}}
-            if args.route == "chat":
+            if args.route in ("chat", "messages"):
                 body["messages"] = [{"role": "user", "content": body.pop("prompt")}]
             if args.temperature > 0:
                 body["seed"] = rng.randrange(1 << 30)

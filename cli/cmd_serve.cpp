@@ -193,6 +193,12 @@ void add_serve_options(CLI::App& cmd, ServeFlags& flags) {
     cmd.add_option("--drain-grace", flags.drain_grace_s,
                    "seconds in-flight requests get to finish on SIGTERM")
         ->capture_default_str();
+    cmd.add_option("--responses-max", s.max_stored_responses,
+                   "most /v1/responses kept in memory for previous_response_id (0 = none)")
+        ->capture_default_str();
+    cmd.add_option("--responses-ttl", flags.responses_ttl_s,
+                   "seconds a kept response can be continued")
+        ->capture_default_str();
 }
 
 // What a llama-server flag asks that llamapp cannot do: refused, never ignored.
@@ -238,6 +244,9 @@ Result<ServerOptions> server_options(const ServeFlags& flags) {
         return fail(ErrorCode::invalid_argument, "must be positive", "--timeout");
     options.request_timeout = std::chrono::seconds(flags.timeout_s);
     options.drain_grace = std::chrono::seconds(flags.drain_grace_s);
+    if (flags.responses_ttl_s < 1)
+        return fail(ErrorCode::invalid_argument, "must be positive", "--responses-ttl");
+    options.stored_response_ttl = std::chrono::seconds(flags.responses_ttl_s);
     return options;
 }
 

@@ -41,6 +41,7 @@ struct ServeFlags {
     int sleep_idle_seconds = -1;
     int timeout_s = 600;
     int drain_grace_s = 30;
+    int responses_ttl_s = 3600;
     std::string models_dir;
     std::string models_preset;
     std::size_t max_models = 0;

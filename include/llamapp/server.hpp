@@ -30,6 +30,11 @@ struct ServerOptions {
     std::chrono::milliseconds request_timeout{10 * 60 * 1000};  // total deadline per request
     std::chrono::milliseconds drain_grace{30 * 1000};
     int http_threads = 0;  // 0 = enough for every slot and queued request to stream at once
+    // /v1/responses kept for previous_response_id (store: true): the oldest go first once
+    // either bound is reached, and none outlives the age limit. Kept in memory only.
+    std::size_t max_stored_responses = 1024;
+    std::size_t max_stored_response_bytes = std::size_t{64} << 20;
+    std::chrono::seconds stored_response_ttl{3600};
 };
 
 namespace detail {

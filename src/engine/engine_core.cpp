@@ -307,6 +307,8 @@ void EngineCore::stop_running(Slot& slot, FinishReason reason, std::optional<Err
 void EngineCore::conclude_running(Slot& slot) {
     std::unique_ptr<Running> r = std::move(slot.running);
     slot.last_used = Clock::now();
+    // Before the final event: a caller who got its reply and then reads stats sees this slot idle.
+    publish_gauges();
     Completion c;
     c.request_id = r->pending->id;
     c.generation = std::move(r->reply().result());

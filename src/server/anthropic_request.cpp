@@ -163,15 +163,7 @@ void parse_tools(const json& body, ChatRenderOptions& render) {
                              fmt::format("server tools ('{}') are not supported; define the tool "
                                          "with a name and an input_schema",
                                          type->get<std::string>()));
-            ToolDefinition tool{.name = block_text(t, "name", at)};
-            if (const json* d = optional_field(t, "description"))
-                tool.description = string_field(*d, at + ".description");
-            const json* schema = optional_field(t, "input_schema");
-            if (!schema || !schema->is_object())
-                reject_field(at + ".input_schema", "'input_schema' must be a JSON schema object",
-                             "invalid_type");
-            tool.parameters = schema->dump();
-            render.tools.push_back(std::move(tool));
+            render.tools.push_back(tool_definition(t, at, "input_schema", true));
         }
     }
     render.parallel_tool_calls = true;
@@ -259,10 +251,7 @@ MessagesRequest parse_messages(const json& body, const RequestLimits& limits,
     if (defaults.enable_thinking) g.render.enable_thinking = *defaults.enable_thinking;
     parse_thinking(body, out);
     parse_tools(body, g.render);
-    const SamplingParams& s = g.engine.options.sampling;
-    if (!g.render.tools.empty() && g.render.tool_choice != ToolChoice::none &&
-        (!s.grammar.empty() || !s.json_schema.empty()))
-        reject_field("tools", "tool calls follow their own grammar; drop 'tools' or the grammar");
+    refuse_tools_with_grammar(g, "tools");
     return out;
 }
 

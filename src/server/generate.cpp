@@ -12,13 +12,13 @@ namespace llamapp::detail {
 
 using json = nlohmann::json;
 
-namespace {
-
 std::int64_t unix_now() {
     return std::chrono::duration_cast<std::chrono::seconds>(
                std::chrono::system_clock::now().time_since_epoch())
         .count();
 }
+
+namespace {
 
 // A reply cut short by the token limit says so even when it began a tool call.
 const char* finish_name(FinishReason r, bool tool_calls = false) {

@@ -295,14 +295,6 @@ const json& object_field(const json& parent, const char* name, const std::string
     return *v;
 }
 
-std::string required_string(const json& parent, const char* name, const std::string& where) {
-    const json* v = optional_field(parent, name);
-    if (!v)
-        reject_field(where + "." + name, fmt::format("'{}' is required", name),
-                     "missing_required_parameter");
-    return string_field(*v, where + "." + name);
-}
-
 void require_function_type(const json& item, const std::string& where) {
     const json* type = optional_field(item, "type");
     if (type && string_field(*type, where + ".type") != "function")
@@ -319,18 +311,8 @@ void parse_tools(const json& body, ChatRenderOptions& render) {
             const std::string where = fmt::format("tools[{}]", i);
             if (!t.is_object()) reject_field(where, "each tool must be an object", "invalid_type");
             require_function_type(t, where);
-            const json& f = object_field(t, "function", where);
-            ToolDefinition tool;
-            tool.name = required_string(f, "name", where + ".function");
-            if (const json* d = optional_field(f, "description"))
-                tool.description = string_field(*d, where + ".function.description");
-            if (const json* p = optional_field(f, "parameters")) {
-                if (!p->is_object())
-                    reject_field(where + ".function.parameters",
-                                 "'parameters' must be a JSON schema object", "invalid_type");
-                tool.parameters = p->dump();
-            }
-            render.tools.push_back(std::move(tool));
+            render.tools.push_back(tool_definition(object_field(t, "function", where),
+                                                   where + ".function", "parameters", false));
         }
     }
     render.parallel_tool_calls = true;  // OpenAI's default
@@ -417,6 +399,42 @@ std::string string_field(const json& value, const std::string& name) {
     if (!value.is_string())
         reject_field(name, fmt::format("'{}' must be a string", name), "invalid_type");
     return value.get<std::string>();
+}
+
+std::string required_string(const json& parent, const char* name, const std::string& where) {
+    const json* v = optional_field(parent, name);
+    if (!v)
+        reject_field(where + "." + name, fmt::format("'{}' is required", name),
+                     "missing_required_parameter");
+    return string_field(*v, where + "." + name);
+}
+
+ToolDefinition tool_definition(const json& tool, const std::string& where, const char* schema_field,
+                               bool schema_required) {
+    ToolDefinition out;
+    out.name = required_string(tool, "name", where);
+    if (const json* d = optional_field(tool, "description"))
+        out.description = string_field(*d, where + ".description");
+    const json* schema = optional_field(tool, schema_field);
+    if (schema && !schema->is_object())
+        reject_field(where + "." + schema_field,
+                     fmt::format("'{}' must be a JSON schema object", schema_field),
+                     "invalid_type");
+    if (!schema && schema_required)
+        reject_field(where + "." + schema_field,
+                     fmt::format("'{}' is required: a JSON schema object", schema_field),
+                     "missing_required_parameter");
+    if (schema) out.parameters = schema->dump();
+    return out;
+}
+
+void refuse_tools_with_grammar(const GenerationRequest& g, const std::string& param) {
+    const SamplingParams& s = g.engine.options.sampling;
+    if (!g.render.tools.empty() && g.render.tool_choice != ToolChoice::none &&
+        (!s.grammar.empty() || !s.json_schema.empty()))
+        reject_field(param,
+                     "tool calls follow their own grammar; drop the tools or set tool_choice to "
+                     "none to constrain the answer");
 }
 
 GenerationRequest parse_generation(const json& body, const RequestLimits& limits,
@@ -510,13 +528,8 @@ GenerationRequest parse_chat(const json& body, const RequestLimits& limits,
             out.render.template_variables[name] = value.dump();
         }
     }
-    const SamplingParams& s = out.engine.options.sampling;
-    if (!out.render.tools.empty() && out.render.tool_choice != ToolChoice::none &&
-        (!s.grammar.empty() || !s.json_schema.empty()))
-        reject_field(
-            s.grammar.empty() ? "response_format" : "grammar",
-            "tool calls follow their own grammar; drop 'tools' or set tool_choice 'none' to "
-            "constrain the answer");
+    refuse_tools_with_grammar(
+        out, out.engine.options.sampling.grammar.empty() ? "response_format" : "grammar");
     return out;
 }
 

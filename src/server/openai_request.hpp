@@ -51,6 +51,16 @@ GenerationRequest parse_chat(const nlohmann::json& body, const RequestLimits& li
 GenerationRequest parse_generation(const nlohmann::json& body, const RequestLimits& limits,
                                    const RequestDefaults& defaults);
 
+// One function tool: name, description and the JSON schema under `schema_field` (a tool without
+// one takes no arguments unless `schema_required`). `where` names the tool in errors.
+ToolDefinition tool_definition(const nlohmann::json& tool, const std::string& where,
+                               const char* schema_field, bool schema_required);
+// Tool calls follow their own grammar: a request with tools in play and a grammar or JSON schema
+// of its own is refused, naming `param`.
+void refuse_tools_with_grammar(const GenerationRequest& g, const std::string& param);
+std::string required_string(const nlohmann::json& parent, const char* name,
+                            const std::string& where);
+
 // Typed field access for the other endpoints; a value of the wrong type or range is an
 // HttpException naming the field.
 const nlohmann::json* optional_field(const nlohmann::json& body, const char* name);

@@ -295,6 +295,7 @@ void ServerState::register_routes() {
     http.Get("/models", [this](Req, Res res) { list_models(res); });
     register_native_routes();
     register_anthropic_routes();
+    register_responses_routes();
     register_cache_routes();
     register_model_routes();
 }

@@ -13,6 +13,7 @@
 #include "llamapp/server.hpp"
 #include "server/http_error.hpp"
 #include "server/openai_request.hpp"
+#include "server/response_store.hpp"
 
 namespace llamapp::detail {
 
@@ -56,11 +57,17 @@ class InFlight {
 
 struct ServerState {
     ServerState(ModelManager& m, ServerOptions o)
-        : models(m), store(m.kv_store()), options(std::move(o)) {}
+        : models(m),
+          store(m.kv_store()),
+          options(std::move(o)),
+          stored_responses({.max_responses = options.max_stored_responses,
+                            .max_bytes = options.max_stored_response_bytes,
+                            .max_age = options.stored_response_ttl}) {}
 
     ModelManager& models;
     std::shared_ptr<KvStore> store;
     ServerOptions options;
+    ResponseStore stored_responses;  // /v1/responses with store: true
     httplib::Server http;
     std::atomic<bool> draining{false};
     std::atomic<int> in_flight{0};
@@ -87,6 +94,10 @@ struct ServerState {
     void register_anthropic_routes();
     void anthropic_messages(const httplib::Request& req, httplib::Response& res);
     void count_message_tokens(const httplib::Request& req, httplib::Response& res) const;
+    // OpenAI's Responses API (responses_routes.cpp).
+    void register_responses_routes();
+    void responses(const httplib::Request& req, httplib::Response& res);
+    void count_response_tokens(const httplib::Request& req, httplib::Response& res);
     void register_cache_routes();
     void register_model_routes();
     void load_model(const httplib::Request& req, httplib::Response& res);
@@ -132,6 +143,8 @@ bool anthropic_route(const std::string& path);
 
 // The model's chat template; a model without one is a 400 naming messages.
 const ChatTemplate& chat_template_of(const ModelLease& lease);
+
+std::int64_t unix_now();  // seconds since the epoch, as OpenAI's "created" fields count
 
 // A finished generation's part of its access-log line.
 std::string log_fields(const Completion& c);

@@ -290,6 +290,20 @@ TEST(Engine, MetricsCountWhatHappened) {
     EXPECT_LE(kv, series_value(text, "llamapp_kv_cache_capacity_tokens"));
 }
 
+// The slot reads idle once the caller holds the final event, not a step later (llama-server's
+// test_metrics_slots_idle_after_completion asks /slots right after the reply).
+TEST(Engine, AFinishedRequestsSlotReadsIdleAtOnce) {
+    const Model& m = test::stories_model();
+    Engine e = engine(options(2));
+    const auto p = encode(m, kPrompts[0]);
+    for (int round = 0; round < 20; ++round) {
+        drain(*e.submit(request(p, 2)));
+        const EngineStats s = e.stats();
+        EXPECT_EQ(s.busy_slots, 0) << "round " << round;
+        for (const bool running : s.slot_running) EXPECT_FALSE(running) << "round " << round;
+    }
+}
+
 TEST(Engine, ShutdownCancelsWhatRunsAndRefusesNewWork) {
     const Model& m = test::stories_model();
     Engine e = engine(options(2, 4096));

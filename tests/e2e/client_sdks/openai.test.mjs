@@ -238,3 +238,131 @@ test("errors surface as the SDK's typed errors", async () => {
     (e) => e instanceof OpenAI.BadRequestError && e.param === "temperature",
   );
 });
+
+// The Responses API. Thinking is off (reasoning effort "none") for the reason given above.
+const responseTools = tools.map((t) => ({ type: "function", ...t.function }));
+
+test("responses: create, and continue by previous_response_id", async () => {
+  const first = await client.responses.create({
+    model: modelId,
+    instructions: "Answer in one line.",
+    input: "Tell me a story",
+    max_output_tokens: 8,
+    temperature: 0,
+    reasoning: { effort: "none" },
+  });
+  assert.equal(first.object, "response");
+  assert.match(first.id, /^resp_/);
+  assert.equal(first.output[0].type, "message");
+  assert.match(first.output[0].id, /^msg_/);
+  assert.equal(typeof first.output_text, "string");
+  assert.equal(first.usage.output_tokens, 8);
+  assert.equal(first.status, "incomplete");
+
+  const next = await client.responses.create({
+    model: modelId,
+    previous_response_id: first.id,
+    instructions: "Answer in one line.", // not carried over from the previous response
+    input: [{ role: "user", content: [{ type: "input_text", text: "And then?" }] }],
+    max_output_tokens: 4,
+    reasoning: { effort: "none" },
+  });
+  assert.equal(next.previous_response_id, first.id);
+  // The first turn's prompt is read back from the cache, not computed again, all but the empty
+  // thinking block that Qwen3's template puts after the last assistant header only.
+  assert.ok(next.usage.input_tokens_details.cached_tokens >= first.usage.input_tokens - 8,
+            JSON.stringify([first.usage, next.usage]));
+  const kept = await client.responses.retrieve(next.id);
+  assert.equal(kept.output_text, next.output_text);
+  await client.responses.delete(next.id);
+  await assert.rejects(client.responses.retrieve(next.id), (e) => e instanceof OpenAI.NotFoundError);
+  await assert.rejects(
+    client.responses.create({ model: modelId, previous_response_id: next.id, input: "x" }),
+    (e) => e instanceof OpenAI.BadRequestError && e.param === "previous_response_id",
+  );
+});
+
+test("responses: streamed, and the stream helper's final response", async () => {
+  const stream = await client.responses.create({
+    model: modelId,
+    input: "Hello",
+    max_output_tokens: 6,
+    temperature: 0,
+    stream: true,
+    reasoning: { effort: "none" },
+  });
+  const types = [];
+  let text = "";
+  let final = null;
+  for await (const event of stream) {
+    types.push(event.type);
+    if (event.type === "response.output_text.delta") text += event.delta;
+    if (event.type === "response.incomplete") final = event.response;
+  }
+  assert.equal(types[0], "response.created");
+  assert.equal(types.at(-1), "response.incomplete");
+  assert.equal(final.output[0].content[0].text, text);
+
+  const helper = client.responses.stream({
+    model: modelId,
+    input: "Hello",
+    max_output_tokens: 6,
+    temperature: 0,
+    reasoning: { effort: "none" },
+  });
+  // Assembled by the helper from the events alone.
+  const done = await helper.finalResponse();
+  assert.equal(done.output[0].content[0].text, text);
+});
+
+test("responses: a function tool forced by name, its output sent back", async () => {
+  const r = await client.responses.create({
+    model: modelId,
+    input: "What is the weather in Rome?",
+    tools: responseTools,
+    tool_choice: { type: "function", name: "get_weather" },
+    max_output_tokens: 48,
+    temperature: 0,
+    reasoning: { effort: "none" },
+  });
+  const call = r.output.find((item) => item.type === "function_call");
+  assert.ok(call, JSON.stringify(r.output));
+  assert.equal(call.name, "get_weather");
+  assert.match(call.id, /^fc_/);
+  assert.ok(["Paris", "Rome"].includes(JSON.parse(call.arguments).city));
+
+  const next = await client.responses.create({
+    model: modelId,
+    previous_response_id: r.id,
+    input: [{ type: "function_call_output", call_id: call.call_id, output: "sunny, 24 C" }],
+    tools: responseTools,
+    tool_choice: "none",
+    max_output_tokens: 4,
+    reasoning: { effort: "none" },
+  });
+  assert.equal(next.output.filter((item) => item.type === "function_call").length, 0);
+  assert.equal(typeof next.output_text, "string");
+});
+
+test("responses: a required call, streamed as argument deltas", async () => {
+  const stream = await client.responses.create({
+    model: modelId,
+    input: "What time is it?",
+    tools: [responseTools[1]],
+    tool_choice: "required",
+    parallel_tool_calls: false,
+    max_output_tokens: 96,
+    temperature: 0,
+    stream: true,
+    reasoning: { effort: "none" },
+  });
+  let args = "";
+  let done = null;
+  for await (const event of stream) {
+    if (event.type === "response.function_call_arguments.delta") args += event.delta;
+    if (event.type === "response.function_call_arguments.done") done = event;
+  }
+  assert.equal(done.name, "get_time");
+  assert.equal(done.arguments, args);
+  assert.equal(typeof JSON.parse(args).utc, "boolean");
+});

@@ -1,0 +1,26 @@
+// Internal: OpenAI's Responses API (/v1/responses) read into the same engine request as the
+// chat routes; its replies are written in responses_routes.cpp.
+#pragma once
+
+#include "server/response_store.hpp"
+#include "server/server_state.hpp"
+
+namespace llamapp::detail {
+
+struct ResponsesRequest {
+    GenerationRequest generation;  // messages: instructions, the previous turns, this input
+    // What the response keeps for the next turn: previous turns and this input, without the
+    // instructions (a continuation brings its own, as OpenAI's API has it).
+    std::vector<ChatMessage> conversation;
+    std::string previous_response_id;
+    bool store = true;
+    int reasoning_budget = -1;  // from reasoning.effort; -1 = the server's
+    // The request's settings a response repeats (instructions, tools, tool_choice, text, ...).
+    nlohmann::json echo;
+};
+
+// A /v1/responses (or input_tokens) body; previous_response_id is looked up in `stored`.
+ResponsesRequest parse_responses(const nlohmann::json& body, const RequestLimits& limits,
+                                 const RequestDefaults& defaults, ResponseStore& stored);
+
+}  // namespace llamapp::detail
