@@ -3,7 +3,8 @@
 
 N clients each send streaming /v1/completions requests back to back, every prompt distinct
 (--route native: llama-server's /completion; chat: /v1/chat/completions, the prompt as a user
-message; messages: Anthropic's /v1/messages, the same).
+message; messages: Anthropic's /v1/messages, the same; responses: OpenAI's /v1/responses, the prompt
+as input).
 Reports aggregate generated tokens/s over the whole run and TTFT percentiles (request sent ->
 first streamed token). Prints one JSON line.
 """
@@ -24,11 +25,13 @@ def prompt(rng, words):
 
 
 PATHS = {"openai": "/v1/completions", "native": "/completion", "chat": "/v1/chat/completions",
-         "messages": "/v1/messages"}
+         "messages": "/v1/messages", "responses": "/v1/responses"}
 
 
 def generated(event):
-    """Tokens of text one streamed event carries, in any of the four shapes."""
+    """Tokens of text one streamed event carries, in any of the five shapes."""
+    if event.get("type") == "response.output_text.delta":  # Responses
+        return 1 if event["delta"] else 0
     if event.get("type") == "content_block_delta":  # Anthropic: a text delta per piece
         return 1 if event["delta"].get("text") else 0
     if "choices" not in event:  # native: a chunk per token until the final object
@@ -60,6 +63,8 @@ def one_request(host, port, body, route):
             usage = event["usage"]
         if event.get("type") == "message_delta":
             usage = {"completion_tokens": event["usage"]["output_tokens"]}
+        if event.get("type") in ("response.completed", "response.incomplete"):
+            usage = {"completion_tokens": event["response"]["usage"]["output_tokens"]}
         if event.get("stop") is True:
             usage = {"completion_tokens": event["tokens_predicted"]}
         n = generated(event)
@@ -105,6 +110,10 @@ def main():
                     "stream_options": {"include_usage": True}}
             if args.route in ("chat", "messages"):
                 body["messages"] = [{"role": "user", "content": body.pop("prompt")}]
+            if args.route == "responses":
+                body["input"] = body.pop("prompt")
+                body["max_output_tokens"] = body.pop("max_tokens")
+                body["store"] = False
             if args.temperature > 0:
                 body["seed"] = rng.randrange(1 << 30)
             try:

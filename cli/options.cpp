@@ -94,6 +94,13 @@ void add_sampling(CLI::App& app, SamplingFlags& flags) {
     add_llama_option(app, "--mirostat-lr", p.mirostat_eta, "Mirostat learning rate (eta)");
     add_llama_option(app, "--mirostat-ent", p.mirostat_tau, "Mirostat target entropy (tau)");
     add_llama_option(app, "--seed", flags.seed, "random seed (-1 = random)");
+    add_llama_option(app, "--reasoning-budget", p.reasoning.tokens,
+                     "tokens a chat reply may think for before its thinking block is closed "
+                     "(-1 = no limit; a forced tool call or JSON reply gets a quarter of "
+                     "max_tokens, at most 1024, when none is set)")
+        ->capture_default_str();
+    add_llama_option(app, "--reasoning-budget-message", p.reasoning.message,
+                     "text put before the end of a thinking block the budget closes");
 }
 
 void add_constraints(CLI::App& app, SamplingFlags& flags) {

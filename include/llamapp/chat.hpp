@@ -51,6 +51,9 @@ struct ChatRenderOptions {
     bool parallel_tool_calls = false;
     // Extra variables for the template (name -> JSON value as text), e.g. a model's own switches.
     std::map<std::string, std::string> template_variables;
+    // A JSON reply format (JSON Schema text): the template builds its grammar, which lets the
+    // model's thinking block come first, and its parser. Not with tools.
+    std::string json_schema;
 };
 
 namespace detail {
@@ -62,13 +65,23 @@ struct ChatPrompt {
     std::string text;               // the rendered template, for display
     std::vector<Token> tokens;      // message text tokenized as text, template markup as specials
     std::vector<std::string> stop;  // extra stop strings the template's format asks for
-    ToolCallGrammar tool_grammar;   // with tools: the grammar tool calls must follow
+    // With tools, the grammar tool calls must follow; with a JSON reply format, the grammar of
+    // an optional thinking block and the JSON after it.
+    ReplyGrammar reply_grammar;
+    std::string reply_prefix;  // the start of the reply the template wrote (its generation prompt)
+    // The template's thinking markers; empty when it has none.
+    std::string thinking_start;
+    std::vector<std::string> thinking_end;
+    bool reply_format = false;  // reply_grammar is the JSON reply format's
     std::vector<Token> shown_control_tokens;  // markup tokens the reply parser needs to see
     std::shared_ptr<const detail::ChatParseState> parse_state;  // how to parse the reply
 
-    // Adds what the reply needs to `options`: stop strings, the tool-call grammar and the
-    // markup tokens to show. Errors: invalid_argument when a tool-call grammar would have to
-    // replace a grammar or JSON schema already in `options`.
+    // Adds what the reply needs to `options`: stop strings, the reply grammar (which replaces
+    // the JSON schema it was rendered for), the thinking markers of the reasoning budget and the
+    // markup tokens to show. A reply the grammar forces (a required tool call, a JSON format)
+    // gets a thinking budget when `options` sets none: a quarter of max_tokens, at most 1024,
+    // so that the call or object can still arrive. Errors: invalid_argument when a tool-call
+    // grammar would have to replace a grammar or JSON schema already in `options`.
     [[nodiscard]] Result<void> constrain(GenerateOptions& options) const;
 };
 
@@ -105,6 +118,13 @@ class ChatTemplate {
     // types "<|im_end|>" gets the characters, not the token.
     [[nodiscard]] Result<ChatPrompt> render(const std::vector<ChatMessage>& messages,
                                             const ChatRenderOptions& options = {}) const;
+
+    // render() for a reply generated with `options`, which then get what the reply needs
+    // (ChatPrompt::constrain). Their JSON schema, when there is one and no tool is in play, is
+    // rendered as the reply format (ChatRenderOptions::json_schema).
+    [[nodiscard]] Result<ChatPrompt> render_for(const std::vector<ChatMessage>& messages,
+                                                const ChatRenderOptions& render,
+                                                GenerateOptions& options) const;
 
     // Splits raw model output into answer, reasoning and tool calls per the format `prompt`
     // was rendered with. Output the format cannot parse is returned whole as content. Tool

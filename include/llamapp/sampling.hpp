@@ -26,15 +26,24 @@ struct GrammarTrigger {
     Token token = no_token;  // Kind::token only
 };
 
-// The grammar a chat template derives for tool calls (ChatPrompt::constrain fills it in).
-struct ToolCallGrammar {
+// The grammar a chat template derives for its reply: tool calls, or a JSON reply format after
+// the template's thinking block (ChatPrompt::constrain fills it in).
+struct ReplyGrammar {
     std::string gbnf;  // empty: none
     // Lazy: free text until a trigger appears, the grammar from there on (tool_choice "auto").
     bool lazy = false;
     std::vector<GrammarTrigger> triggers;
-    // The start of the reply the template already wrote into the prompt (e.g. an opened
-    // thinking block); an eager grammar consumes it before the first generated token.
-    std::string reply_prefix;
+};
+
+// A limit on a reply's thinking block (llama.cpp's reasoning-budget sampler). Once `tokens`
+// were generated inside the block, `message` and the first end marker are forced and the reply
+// goes on after them, under the reply grammar if there is one. The markers come from the chat
+// template (ChatPrompt::constrain); without a start and an end marker there is no limit.
+struct ReasoningBudget {
+    int tokens = -1;  // -1 = no limit; 0 = the block closes at once
+    std::string start;             // e.g. "<think>"
+    std::vector<std::string> end;  // e.g. "</think>"; the first is the one forced
+    std::string message;           // said before the forced end marker (may be empty)
 };
 
 struct SamplingParams {
@@ -69,7 +78,12 @@ struct SamplingParams {
     // silently unconstrained: a malformed grammar or schema is an error.
     std::string grammar;         // GBNF, root rule "root"
     std::string json_schema;     // JSON Schema text, converted to GBNF with llama.cpp's converter
-    ToolCallGrammar tool_calls;  // excludes the two above
+    ReplyGrammar reply_grammar;  // excludes the two above
+    ReasoningBudget reasoning;
+    // The start of the reply the template already wrote into the prompt (e.g. an opened
+    // thinking block): the reply grammar and the reasoning budget consume it before the first
+    // generated token.
+    std::string reply_prefix;
 
     static SamplingParams greedy() {
         SamplingParams p;

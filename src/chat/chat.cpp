@@ -175,6 +175,7 @@ Result<common_chat_params> apply_common(const detail::ChatTemplateState& s,
         only_tool.empty() ? to_common(options.tool_choice) : COMMON_CHAT_TOOL_CHOICE_REQUIRED;
     inputs.parallel_tool_calls = options.parallel_tool_calls && only_tool.empty();
     inputs.chat_template_kwargs = options.template_variables;
+    inputs.json_schema = options.json_schema;
     inputs.use_jinja = s.renderer == TemplateRenderer::jinja;
     inputs.reasoning_format = COMMON_REASONING_FORMAT_DEEPSEEK;
     detail::LogCapture capture;
@@ -372,16 +373,41 @@ Result<void> tokenize_rendered(const Tokenizer& tokenizer, const std::string& re
     return {};
 }
 
-ToolCallGrammar tool_grammar(const common_chat_params& params, const ChatRenderOptions& options,
-                             bool one_call) {
-    ToolCallGrammar g;
-    const bool must_call =
-        options.tool_choice == ToolChoice::required ||
-        (!options.forced_tool.empty() && options.tool_choice != ToolChoice::none);
-    g.gbnf = must_call ? without_text_before_calls(params.grammar) : params.grammar;
-    if (one_call) g.gbnf = one_tool_call(g.gbnf);
+// The grammar spells the thinking markers as text, which a model may write in any pieces ("<",
+// "think", ">"); the reasoning budget watches for the marker's own tokens. So the grammar asks
+// for exactly those tokens.
+std::string markers_as_tokens(std::string gbnf, const Tokenizer& tokenizer,
+                              const std::vector<std::string>& markers) {
+    for (const std::string& marker : markers) {
+        if (marker.empty() || marker.find_first_of("\\\"") != std::string::npos) continue;
+        auto special = tokenizer.encode(marker, {.add_special = false, .parse_special = true});
+        if (!special || special->empty()) continue;
+        const std::string literal = "\"" + marker + "\"";
+        std::string token;
+        for (Token t : *special) token += fmt::format("<[{}]>", t);
+        for (std::size_t at = gbnf.find(literal); at != std::string::npos;
+             at = gbnf.find(literal, at + token.size()))
+            gbnf.replace(at, literal.size(), token);
+    }
+    return gbnf;
+}
+
+bool tools_active(const ChatRenderOptions& options) {
+    return !options.tools.empty() && options.tool_choice != ToolChoice::none;
+}
+
+// The template's grammar: for tool calls, or (without tools) for the JSON reply format.
+ReplyGrammar reply_grammar_of(const common_chat_params& params, const ChatRenderOptions& options,
+                              bool one_call) {
+    ReplyGrammar g;
+    g.gbnf = params.grammar;
+    if (tools_active(options)) {
+        const bool must_call =
+            options.tool_choice == ToolChoice::required || !options.forced_tool.empty();
+        if (must_call) g.gbnf = without_text_before_calls(g.gbnf);
+        if (one_call) g.gbnf = one_tool_call(g.gbnf);
+    }
     g.lazy = params.grammar_lazy;
-    g.reply_prefix = params.generation_prompt;
     for (const auto& t : params.grammar_triggers) {
         using Kind = GrammarTrigger::Kind;
         const Kind kind = t.type == COMMON_GRAMMAR_TRIGGER_TYPE_TOKEN          ? Kind::token
@@ -446,7 +472,21 @@ Result<ChatPrompt> ChatTemplate::render(const std::vector<ChatMessage>& messages
         return fail(ErrorCode::template_error, "chat template rendered an empty prompt");
     prompt.stop = params->additional_stops;
     const bool one_call = !options.parallel_tool_calls || !options.forced_tool.empty();
-    if (!params->grammar.empty()) prompt.tool_grammar = tool_grammar(*params, options, one_call);
+    if (!params->grammar.empty())
+        prompt.reply_grammar = reply_grammar_of(*params, options, one_call);
+    prompt.reply_format = !options.json_schema.empty() && !prompt.reply_grammar.gbnf.empty();
+    prompt.reply_prefix = params->generation_prompt;
+    if (!params->thinking_end_tags.empty()) {
+        prompt.thinking_start = params->thinking_start_tag;
+        prompt.thinking_end = params->thinking_end_tags;
+        std::vector<std::string> markers = prompt.thinking_end;
+        markers.push_back(prompt.thinking_start);
+        // Markers the prefix already wrote are fed to the grammar as the prompt tokenized them.
+        std::erase_if(markers, [&](const std::string& m) {
+            return prompt.reply_prefix.find(m) != std::string::npos;
+        });
+        prompt.reply_grammar.gbnf = markers_as_tokens(prompt.reply_grammar.gbnf, tokenizer, markers);
+    }
     for (const auto& text : params->preserved_tokens) {
         auto ids = tokenizer.encode(text, {.add_special = false, .parse_special = true});
         if (ids && ids->size() == 1) prompt.shown_control_tokens.push_back(ids->front());
@@ -457,19 +497,43 @@ Result<ChatPrompt> ChatTemplate::render(const std::vector<ChatMessage>& messages
     return prompt;
 }
 
+Result<ChatPrompt> ChatTemplate::render_for(const std::vector<ChatMessage>& messages,
+                                            const ChatRenderOptions& render,
+                                            GenerateOptions& options) const {
+    ChatRenderOptions with_format = render;
+    if (with_format.json_schema.empty() && !tools_active(render))
+        with_format.json_schema = options.sampling.json_schema;
+    auto prompt = this->render(messages, with_format);
+    if (!prompt) return prompt;
+    if (auto ok = prompt->constrain(options); !ok) return std::unexpected(ok.error());
+    return prompt;
+}
+
 Result<void> ChatPrompt::constrain(GenerateOptions& options) const {
     for (const auto& s : stop) {
         if (!s.empty() && std::ranges::find(options.stop, s) == options.stop.end())
             options.stop.push_back(s);
     }
-    if (!tool_grammar.gbnf.empty()) {
-        const SamplingParams& sampling = options.sampling;
+    SamplingParams& sampling = options.sampling;
+    if (reply_format) sampling.json_schema.clear();  // the template's grammar holds the schema
+    if (!reply_grammar.gbnf.empty()) {
         if (!sampling.grammar.empty() || !sampling.json_schema.empty())
             return fail(ErrorCode::invalid_argument,
                         "tool calls follow their own grammar; a grammar or JSON schema cannot be "
                         "combined with tools",
                         sampling.grammar.empty() ? "json_schema" : "grammar");
-        options.sampling.tool_calls = tool_grammar;
+        sampling.reply_grammar = reply_grammar;
+    }
+    sampling.reply_prefix = reply_prefix;
+    if (!thinking_end.empty()) {
+        ReasoningBudget& budget = sampling.reasoning;
+        budget.start = thinking_start;
+        budget.end = thinking_end;
+        // Unlimited thinking before a forced call or object could spend every token on it.
+        const bool forced = !reply_grammar.gbnf.empty() && !reply_grammar.lazy;
+        if (budget.tokens < 0 && forced)
+            budget.tokens = options.max_tokens > 0 ? std::clamp(options.max_tokens / 4, 1, 1024)
+                                                   : 1024;
     }
     options.shown_control_tokens.insert(options.shown_control_tokens.end(),
                                         shown_control_tokens.begin(), shown_control_tokens.end());
@@ -493,10 +557,9 @@ ChatMessage ChatTemplate::parse(const std::string& output, const ChatPrompt& pro
 Result<ChatResult> chat(Context& context, const ChatTemplate& chat_template,
                         const std::vector<ChatMessage>& messages, const ChatOptions& options,
                         const PieceCallback& on_piece) {
-    auto prompt = chat_template.render(messages, options.render);
-    if (!prompt) return std::unexpected(prompt.error());
     GenerateOptions generate = options.generate;
-    if (auto ok = prompt->constrain(generate); !ok) return std::unexpected(ok.error());
+    auto prompt = chat_template.render_for(messages, options.render, generate);
+    if (!prompt) return std::unexpected(prompt.error());
     auto generation = context.stream(std::span<const Token>(prompt->tokens), generate, on_piece);
     if (!generation) return std::unexpected(generation.error());
     ChatResult result;

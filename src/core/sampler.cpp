@@ -71,22 +71,23 @@ Result<void> SamplingParams::validate() const {
                         "logit_bias", "values must be in [-100, 100] or -infinity")))
             return r;
     }
+    if (!(r = check(reasoning.tokens >= -1, "reasoning.tokens", "must be >= -1"))) return r;
     if (!grammar.empty() && !json_schema.empty()) {
         return fail(ErrorCode::invalid_argument, "grammar and json_schema are mutually exclusive",
                     "grammar");
     }
-    if (!tool_calls.gbnf.empty() && (!grammar.empty() || !json_schema.empty())) {
+    if (!reply_grammar.gbnf.empty() && (!grammar.empty() || !json_schema.empty())) {
         return fail(ErrorCode::invalid_argument,
                     "a tool-call grammar excludes a grammar or json_schema", "grammar");
     }
-    if (tool_calls.lazy && tool_calls.triggers.empty()) {
+    if (reply_grammar.lazy && reply_grammar.triggers.empty()) {
         return fail(ErrorCode::invalid_argument, "a lazy grammar needs at least one trigger",
-                    "tool_calls.triggers");
+                    "reply_grammar.triggers");
     }
-    for (const auto& t : tool_calls.triggers) {
+    for (const auto& t : reply_grammar.triggers) {
         if (t.kind == GrammarTrigger::Kind::token ? t.token < 0 : t.value.empty()) {
             return fail(ErrorCode::invalid_argument, "a grammar trigger is empty",
-                        "tool_calls.triggers");
+                        "reply_grammar.triggers");
         }
     }
     return {};
@@ -186,8 +187,49 @@ common_params_sampling to_common_sampling(const SamplingParams& p, bool ignore_e
     return cp;
 }
 
+// The tokens that open the thinking block. When the template's reply prefix opens it (QwQ's
+// "<think>\n"), they are the prefix's own last tokens, as the sampler is fed them: the marker
+// tokenized alone may differ ("<think>" and "\n" merge into other tokens).
+llama_tokens opening_tokens(const ModelState& model, const std::string& prefix,
+                            const std::string& start) {
+    const std::size_t last = prefix.find_last_not_of(" \t\n");
+    if (last == std::string::npos || !prefix.substr(0, last + 1).ends_with(start))
+        return common_tokenize(model.vocab, start, false, true);
+    const llama_tokens all = common_tokenize(model.vocab, prefix, false, true);
+    std::string tail;
+    for (std::size_t n = 1; n <= all.size(); ++n) {
+        tail = common_token_to_piece(model.vocab, all[all.size() - n], true) + tail;
+        if (tail.find(start) != std::string::npos) return {all.end() - n, all.end()};
+    }
+    return common_tokenize(model.vocab, start, false, true);
+}
+
+// The budget's markers as tokens, for llama.cpp's reasoning-budget sampler; false when there is no
+// budget to keep. With a lazy reply grammar the markers are passed even without a limit: the
+// sampler then keeps the grammar from triggering inside the thinking block.
+bool set_reasoning_budget(const ModelState& model, const ReasoningBudget& b,
+                          common_params_sampling& cp) {
+    auto tokens = [&](const std::string& text) {
+        return common_tokenize(model.vocab, text, /*add_special=*/false, /*parse_special=*/true);
+    };
+    if (b.start.empty() || b.end.empty()) return false;
+    cp.reasoning_budget_start = opening_tokens(model, cp.generation_prompt, b.start);
+    for (const std::string& end : b.end)
+        if (auto t = tokens(end); !t.empty()) cp.reasoning_budget_end.push_back(std::move(t));
+    if (cp.reasoning_budget_start.empty() || cp.reasoning_budget_end.empty()) {
+        cp.reasoning_budget_start.clear();
+        cp.reasoning_budget_end.clear();
+        return false;
+    }
+    cp.reasoning_budget_forced = tokens(b.message);
+    const auto& end = cp.reasoning_budget_end.front();
+    cp.reasoning_budget_forced.insert(cp.reasoning_budget_forced.end(), end.begin(), end.end());
+    cp.reasoning_budget_tokens = b.tokens;
+    return b.tokens >= 0 || cp.grammar_lazy;
+}
+
 // A grammar that parses and names only tokens of the vocabulary, as llama.cpp's sampler takes it.
-Result<common_grammar> checked_grammar(const std::string& gbnf, int n_vocab, bool tool_grammar) {
+Result<common_grammar> checked_grammar(const std::string& gbnf, int n_vocab, bool from_template) {
     if (auto ok = validate_gbnf(gbnf); !ok) return std::unexpected(ok.error());
     for (long long id : gbnf_token_references(gbnf)) {
         if (id >= n_vocab) {
@@ -198,7 +240,7 @@ Result<common_grammar> checked_grammar(const std::string& gbnf, int n_vocab, boo
     }
     // Tool-call grammars start with the reply prefix the template wrote; common feeds it
     // to the grammar only for this type.
-    return common_grammar(tool_grammar ? COMMON_GRAMMAR_TYPE_TOOL_CALLS : COMMON_GRAMMAR_TYPE_USER,
+    return common_grammar(from_template ? COMMON_GRAMMAR_TYPE_TOOL_CALLS : COMMON_GRAMMAR_TYPE_USER,
                           gbnf);
 }
 
@@ -221,12 +263,12 @@ Result<Sampler> Sampler::create(const ModelState& model, const SamplingParams& p
         if (!converted) return std::unexpected(converted.error());
         gbnf = std::move(*converted);
     }
-    const bool tool_grammar = !p.tool_calls.gbnf.empty();
-    if (tool_grammar) {
-        gbnf = p.tool_calls.gbnf;
-        cp.grammar_lazy = p.tool_calls.lazy;
-        cp.generation_prompt = p.tool_calls.reply_prefix;
-        if (auto triggers = grammar_triggers(model, p.tool_calls.triggers); triggers)
+    cp.generation_prompt = p.reply_prefix;
+    const bool from_template = !p.reply_grammar.gbnf.empty();
+    if (from_template) {
+        gbnf = p.reply_grammar.gbnf;
+        cp.grammar_lazy = p.reply_grammar.lazy;
+        if (auto triggers = grammar_triggers(model, p.reply_grammar.triggers); triggers)
             cp.grammar_triggers = std::move(*triggers);
         else
             return std::unexpected(triggers.error());
@@ -239,11 +281,12 @@ Result<Sampler> Sampler::create(const ModelState& model, const SamplingParams& p
     }
 
     if (!gbnf.empty()) {
-        auto grammar = checked_grammar(gbnf, n_vocab, tool_grammar);
+        auto grammar = checked_grammar(gbnf, n_vocab, from_template);
         if (!grammar) return std::unexpected(grammar.error());
         cp.grammar = std::move(*grammar);
     }
 
+    const bool budgeted = set_reasoning_budget(model, p.reasoning, cp);
     LogCapture capture;
     try {
         common_sampler* s = common_sampler_init(model.model.get(), cp);
@@ -256,7 +299,7 @@ Result<Sampler> Sampler::create(const ModelState& model, const SamplingParams& p
         llama_vocab_get_suppress_tokens(model.vocab, &n_suppress);
         // Each condition keeps the most likely token the chain's pick at temperature 0: typical-p
         // and XTC can drop it, penalties, DRY, biases and grammars can change it.
-        sampler.argmax_ = p.temperature <= 0 && p.mirostat == 0 && gbnf.empty() &&
+        sampler.argmax_ = p.temperature <= 0 && p.mirostat == 0 && gbnf.empty() && !budgeted &&
                           p.logit_bias.empty() && p.repeat_penalty == 1.0f &&
                           p.frequency_penalty == 0 && p.presence_penalty == 0 &&
                           p.dry_multiplier == 0 && p.xtc_probability == 0 && p.typical_p >= 1.0f &&

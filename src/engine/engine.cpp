@@ -201,11 +201,9 @@ Result<ChatSubmission> Engine::submit_chat(const ChatTemplate& chat_template,
                                            const std::vector<ChatMessage>& messages,
                                            EngineRequest request, const ChatRenderOptions& render) {
     detail::EngineCore& s = *core_;
-    auto prompt = chat_template.render(messages, render);
+    auto prompt = chat_template.render_for(messages, render, request.options);
     if (!prompt) return std::unexpected(rejected(s, prompt.error(), request.session));
     request.prompt = prompt->tokens;
-    if (auto ok = prompt->constrain(request.options); !ok)
-        return std::unexpected(rejected(s, ok.error(), request.session));
     auto handle = submit(std::move(request));
     if (!handle) return std::unexpected(handle.error());
     return ChatSubmission{std::move(*handle), std::move(*prompt)};

@@ -36,7 +36,7 @@ namespace {
 Result<void> check_defaults(const RequestDefaults& d) {
     if (auto ok = d.sampling.validate(); !ok) return ok;
     const SamplingParams& s = d.sampling;
-    if (!s.grammar.empty() || !s.json_schema.empty() || !s.tool_calls.gbnf.empty())
+    if (!s.grammar.empty() || !s.json_schema.empty() || !s.reply_grammar.gbnf.empty())
         return fail(ErrorCode::invalid_argument, "request defaults cannot hold a grammar",
                     "defaults.sampling");
     if (d.max_tokens == 0 || d.max_tokens < -1)

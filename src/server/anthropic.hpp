@@ -6,14 +6,10 @@
 
 namespace llamapp::detail {
 
-struct MessagesRequest {
-    GenerationRequest generation;  // messages, tools and sampling in llamapp's terms
-    int thinking_budget = -1;      // thinking.budget_tokens, when thinking is enabled
-};
-
-// A /v1/messages (or count_tokens) body. max_tokens left out takes the server's limit, as on
-// the OpenAI routes.
-MessagesRequest parse_messages(const nlohmann::json& body, const RequestLimits& limits,
+// A /v1/messages (or count_tokens) body as messages, tools and sampling in llamapp's terms;
+// thinking.budget_tokens is the reasoning budget. max_tokens left out takes the server's
+// limit, as on the OpenAI routes.
+GenerationRequest parse_messages(const nlohmann::json& body, const RequestLimits& limits,
                                const RequestDefaults& defaults);
 
 }  // namespace llamapp::detail

@@ -191,21 +191,21 @@ void parse_tools(const json& body, ChatRenderOptions& render) {
 }
 
 // thinking: {"type": "enabled", "budget_tokens": n} or {"type": "disabled"}.
-void parse_thinking(const json& body, MessagesRequest& out) {
+void parse_thinking(const json& body, GenerationRequest& g) {
     const json* thinking = optional_field(body, "thinking");
     if (!thinking) return;
     if (!thinking->is_object())
         reject_field("thinking", "'thinking' must be an object", "invalid_type");
     const std::string type = block_type(*thinking, "thinking");
     if (type == "disabled") {
-        out.generation.render.enable_thinking = false;
+        g.render.enable_thinking = false;
         return;
     }
     if (type != "enabled" && type != "adaptive")
         reject_field("thinking.type", "must be enabled, adaptive or disabled");
-    out.generation.render.enable_thinking = true;
+    g.render.enable_thinking = true;
     if (const json* b = optional_field(*thinking, "budget_tokens"))
-        out.thinking_budget = static_cast<int>(
+        g.engine.options.sampling.reasoning.tokens = static_cast<int>(
             integer_field(*b, "thinking.budget_tokens", 1, std::numeric_limits<int>::max()));
 }
 
@@ -227,13 +227,11 @@ void parse_stop_sequences(const json& body, const RequestLimits& limits, Generat
 
 }  // namespace
 
-MessagesRequest parse_messages(const json& body, const RequestLimits& limits,
-                               const RequestDefaults& defaults) {
-    MessagesRequest out;
+GenerationRequest parse_messages(const json& body, const RequestLimits& limits,
+                                 const RequestDefaults& defaults) {
     // OpenAI's names of the shared fields (model, max_tokens, stream, temperature, top_p, top_k,
     // llama.cpp's samplers) mean the same here; "tools" and "tool_choice" are read below.
-    out.generation = parse_generation(body, limits, defaults);
-    GenerationRequest& g = out.generation;
+    GenerationRequest g = parse_generation(body, limits, defaults);
     if (const json* m = optional_field(body, "metadata"); m && !m->is_object())
         reject_field("metadata", "'metadata' must be an object", "invalid_type");
     parse_stop_sequences(body, limits, g.engine.options);
@@ -249,10 +247,10 @@ MessagesRequest parse_messages(const json& body, const RequestLimits& limits,
         conversation.add((*messages)[i], fmt::format("messages[{}]", i));
     g.messages = std::move(conversation.messages);
     if (defaults.enable_thinking) g.render.enable_thinking = *defaults.enable_thinking;
-    parse_thinking(body, out);
+    parse_thinking(body, g);
     parse_tools(body, g.render);
     refuse_tools_with_grammar(g, "tools");
-    return out;
+    return g;
 }
 
 }  // namespace llamapp::detail

@@ -177,8 +177,7 @@ void ServerState::anthropic_messages(const httplib::Request& req, httplib::Respo
     if (draining) throw HttpException{draining_error()};
     const json body = parse_body(req.body);
     ServedModel served = serve(body, Need::generate);
-    MessagesRequest request = parse_messages(body, served.limits, served.lease.defaults());
-    GenerationRequest& g = request.generation;
+    GenerationRequest g = parse_messages(body, served.limits, served.lease.defaults());
     ChatSubmission submitted = submit(served, g, true);
     const std::string id = fmt::format("msg_{:024}", next_id.fetch_add(1) + 1);
     res.set_header("X-Request-Id", id);
@@ -198,8 +197,7 @@ void ServerState::anthropic_messages(const httplib::Request& req, httplib::Respo
 void ServerState::count_message_tokens(const httplib::Request& req, httplib::Response& res) const {
     const json body = parse_body(req.body);
     const ServedModel m = serve(body, Need::generate);
-    const MessagesRequest request = parse_messages(body, m.limits, m.lease.defaults());
-    const GenerationRequest& g = request.generation;
+    const GenerationRequest g = parse_messages(body, m.limits, m.lease.defaults());
     auto prompt = chat_template_of(m.lease).render(g.messages, g.render);
     if (!prompt) throw HttpException{http_error(prompt.error(), "messages")};
     res.set_content(dump(json{{"input_tokens", prompt->tokens.size()}}), "application/json");

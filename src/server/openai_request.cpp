@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
 
 namespace llamapp::detail {
 
@@ -282,6 +283,13 @@ void parse_common(const json& body, const RequestLimits& limits, const RequestDe
         o.ignore_eos = bool_field(*v, "ignore_eos");
     if (const json* v = optional_field(body, "cache_prompt"))
         o.reuse_prefix = bool_field(*v, "cache_prompt");
+    // llama-server's names for the thinking budget.
+    for (const char* name : {"reasoning_budget_tokens", "thinking_budget_tokens"})
+        if (const json* v = optional_field(body, name))
+            s.reasoning.tokens =
+                static_cast<int>(integer_field(*v, name, -1, std::numeric_limits<int>::max()));
+    if (const json* v = optional_field(body, "reasoning_budget_message"))
+        s.reasoning.message = string_field(*v, "reasoning_budget_message");
 }
 
 const json& object_field(const json& parent, const char* name, const std::string& where) {
@@ -428,6 +436,23 @@ ToolDefinition tool_definition(const json& tool, const std::string& where, const
     return out;
 }
 
+void apply_reasoning_effort(const json& effort, const std::string& param, GenerationRequest& g) {
+    // Tokens of thinking per effort; xhigh leaves it unlimited.
+    static const std::map<std::string, int> budgets = {{"none", 0},      {"minimal", 256},
+                                                       {"low", 1024},    {"medium", 4096},
+                                                       {"high", 16384}, {"xhigh", -1}};
+    const std::string e = string_field(effort, param);
+    const auto it = budgets.find(e);
+    if (it == budgets.end()) reject_field(param, "must be none, minimal, low, medium, high or xhigh");
+    if (e == "none") {
+        g.render.enable_thinking = false;
+        return;
+    }
+    g.render.enable_thinking = true;
+    g.render.template_variables["reasoning_effort"] = json(e).dump();
+    g.engine.options.sampling.reasoning.tokens = it->second;
+}
+
 void refuse_tools_with_grammar(const GenerationRequest& g, const std::string& param) {
     const SamplingParams& s = g.engine.options.sampling;
     if (!g.render.tools.empty() && g.render.tool_choice != ToolChoice::none &&
@@ -517,6 +542,8 @@ GenerationRequest parse_chat(const json& body, const RequestLimits& limits,
         v && bool_field(*v, "continue_final_message"))
         reject_field("continue_final_message", "continuing the final message is not supported yet");
     parse_tools(body, out.render);
+    if (const json* v = optional_field(body, "reasoning_effort"))
+        apply_reasoning_effort(*v, "reasoning_effort", out);
     if (const json* v = optional_field(body, "chat_template_kwargs")) {
         if (!v->is_object())
             reject_field("chat_template_kwargs", "'chat_template_kwargs' must be an object",

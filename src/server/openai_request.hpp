@@ -55,6 +55,11 @@ GenerationRequest parse_generation(const nlohmann::json& body, const RequestLimi
 // one takes no arguments unless `schema_required`). `where` names the tool in errors.
 ToolDefinition tool_definition(const nlohmann::json& tool, const std::string& where,
                                const char* schema_field, bool schema_required);
+// OpenAI's reasoning effort (none, minimal, low, medium, high, xhigh): passed to the template as
+// llama-server passes it, and a thinking budget for it; none turns thinking off. `param` names
+// the field in errors.
+void apply_reasoning_effort(const nlohmann::json& effort, const std::string& param,
+                            GenerationRequest& g);
 // Tool calls follow their own grammar: a request with tools in play and a grammar or JSON schema
 // of its own is refused, naming `param`.
 void refuse_tools_with_grammar(const GenerationRequest& g, const std::string& param);

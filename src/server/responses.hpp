@@ -14,7 +14,6 @@ struct ResponsesRequest {
     std::vector<ChatMessage> conversation;
     std::string previous_response_id;
     bool store = true;
-    int reasoning_budget = -1;  // from reasoning.effort; -1 = the server's
     // The request's settings a response repeats (instructions, tools, tool_choice, text, ...).
     nlohmann::json echo;
 };

@@ -208,30 +208,14 @@ void parse_text_format(const json& body, SamplingParams& s) {
     }
 }
 
-// reasoning: {effort: none | minimal | low | medium | high | xhigh}. The effort reaches the
-// template (as llama-server passes it) and sets a thinking budget; none turns thinking off.
-void parse_reasoning(const json& body, ResponsesRequest& out) {
+// reasoning: {effort, summary}.
+void parse_reasoning(const json& body, GenerationRequest& g) {
     const json* reasoning = optional_field(body, "reasoning");
     if (!reasoning) return;
     if (!reasoning->is_object())
         reject_field("reasoning", "'reasoning' must be an object", "invalid_type");
-    const json* effort = optional_field(*reasoning, "effort");
-    if (!effort) return;
-    static const std::map<std::string, int> budgets = {{"none", 0},     {"minimal", 256},
-                                                       {"low", 1024},   {"medium", 4096},
-                                                       {"high", 16384}, {"xhigh", -1}};
-    const std::string e = string_field(*effort, "reasoning.effort");
-    const auto it = budgets.find(e);
-    if (it == budgets.end())
-        reject_field("reasoning.effort", "must be none, minimal, low, medium, high or xhigh");
-    ChatRenderOptions& render = out.generation.render;
-    if (e == "none") {
-        render.enable_thinking = false;
-        return;
-    }
-    render.enable_thinking = true;
-    render.template_variables["reasoning_effort"] = json(e).dump();
-    out.reasoning_budget = it->second;
+    if (const json* effort = optional_field(*reasoning, "effort"))
+        apply_reasoning_effort(*effort, "reasoning.effort", g);
 }
 
 // Options with no counterpart here are refused by name rather than ignored.
@@ -317,7 +301,7 @@ ResponsesRequest parse_responses(const json& body, const RequestLimits& limits,
     g.messages.insert(g.messages.end(), out.conversation.begin(), out.conversation.end());
     if (g.messages.empty()) reject_field("input", "'input' must not be empty");
     if (defaults.enable_thinking) g.render.enable_thinking = *defaults.enable_thinking;
-    parse_reasoning(body, out);
+    parse_reasoning(body, g);
     parse_text_format(body, g.engine.options.sampling);
     parse_tools(body, g.render);
     refuse_tools_with_grammar(g, "text.format");

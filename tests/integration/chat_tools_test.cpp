@@ -71,24 +71,24 @@ TEST(ChatTools, TheTemplateDescribesTheToolsAndDerivesAGrammar) {
     EXPECT_NE(automatic->text.find("get_weather"), std::string::npos);
     EXPECT_NE(automatic->text.find("get_time"), std::string::npos);
     // "auto": free text until the model opens a call.
-    EXPECT_FALSE(automatic->tool_grammar.gbnf.empty());
-    EXPECT_TRUE(automatic->tool_grammar.lazy);
-    EXPECT_FALSE(automatic->tool_grammar.triggers.empty());
+    EXPECT_FALSE(automatic->reply_grammar.gbnf.empty());
+    EXPECT_TRUE(automatic->reply_grammar.lazy);
+    EXPECT_FALSE(automatic->reply_grammar.triggers.empty());
 
     o.tool_choice = ToolChoice::none;
     auto none = tmpl->render({{.role = "user", .content = "hi"}}, o);
     ASSERT_TRUE(none);
-    EXPECT_TRUE(none->tool_grammar.gbnf.empty());
+    EXPECT_TRUE(none->reply_grammar.gbnf.empty());
 
     // A forced call describes every tool but its grammar offers only the forced one.
     auto one = tmpl->render({{.role = "user", .content = "hi"}}, forced("get_time"));
     ASSERT_TRUE(one);
     EXPECT_NE(one->text.find("get_weather"), std::string::npos);
-    EXPECT_FALSE(one->tool_grammar.lazy);
-    EXPECT_NE(one->tool_grammar.gbnf.find("get_time"), std::string::npos);
-    EXPECT_EQ(one->tool_grammar.gbnf.find("get_weather"), std::string::npos);
+    EXPECT_FALSE(one->reply_grammar.lazy);
+    EXPECT_NE(one->reply_grammar.gbnf.find("get_time"), std::string::npos);
+    EXPECT_EQ(one->reply_grammar.gbnf.find("get_weather"), std::string::npos);
     // The call is the reply: no free text may run before it.
-    const std::string& g = one->tool_grammar.gbnf;
+    const std::string& g = one->reply_grammar.gbnf;
     const std::size_t root = g.find("root ::= ");
     ASSERT_NE(root, std::string::npos);
     const std::string root_rule = g.substr(root, g.find('\n', root) - root);
@@ -98,7 +98,7 @@ TEST(ChatTools, TheTemplateDescribesTheToolsAndDerivesAGrammar) {
     named.tool_choice = ToolChoice::automatic;
     auto same = tmpl->render({{.role = "user", .content = "hi"}}, named);
     ASSERT_TRUE(same);
-    EXPECT_EQ(same->tool_grammar.gbnf, g);
+    EXPECT_EQ(same->reply_grammar.gbnf, g);
 
     // Parallel calls repeat the call rule; without them (OpenAI's parallel_tool_calls=false) the
     // grammar holds one call, even for templates where llama.cpp writes a repeat regardless.
@@ -107,14 +107,14 @@ TEST(ChatTools, TheTemplateDescribesTheToolsAndDerivesAGrammar) {
     o.parallel_tool_calls = true;
     auto parallel = tmpl->render({{.role = "user", .content = "hi"}}, o);
     ASSERT_TRUE(parallel);
-    EXPECT_TRUE(std::regex_search(parallel->tool_grammar.gbnf, repeats))
-        << parallel->tool_grammar.gbnf;
+    EXPECT_TRUE(std::regex_search(parallel->reply_grammar.gbnf, repeats))
+        << parallel->reply_grammar.gbnf;
     o.parallel_tool_calls = false;
     auto single = tmpl->render({{.role = "user", .content = "hi"}}, o);
     ASSERT_TRUE(single);
-    EXPECT_FALSE(std::regex_search(single->tool_grammar.gbnf, repeats))
-        << single->tool_grammar.gbnf;
-    EXPECT_NE(single->tool_grammar.gbnf.find("tool-calls ::= "), std::string::npos);
+    EXPECT_FALSE(std::regex_search(single->reply_grammar.gbnf, repeats))
+        << single->reply_grammar.gbnf;
+    EXPECT_NE(single->reply_grammar.gbnf.find("tool-calls ::= "), std::string::npos);
 }
 
 TEST(ChatTools, ARequiredCallIsTheReply) {
