@@ -485,7 +485,8 @@ Result<ChatPrompt> ChatTemplate::render(const std::vector<ChatMessage>& messages
         std::erase_if(markers, [&](const std::string& m) {
             return prompt.reply_prefix.find(m) != std::string::npos;
         });
-        prompt.reply_grammar.gbnf = markers_as_tokens(prompt.reply_grammar.gbnf, tokenizer, markers);
+        prompt.reply_grammar.gbnf =
+            markers_as_tokens(prompt.reply_grammar.gbnf, tokenizer, markers);
     }
     for (const auto& text : params->preserved_tokens) {
         auto ids = tokenizer.encode(text, {.add_special = false, .parse_special = true});
@@ -532,8 +533,8 @@ Result<void> ChatPrompt::constrain(GenerateOptions& options) const {
         // Unlimited thinking before a forced call or object could spend every token on it.
         const bool forced = !reply_grammar.gbnf.empty() && !reply_grammar.lazy;
         if (budget.tokens < 0 && forced)
-            budget.tokens = options.max_tokens > 0 ? std::clamp(options.max_tokens / 4, 1, 1024)
-                                                   : 1024;
+            budget.tokens =
+                options.max_tokens > 0 ? std::clamp(options.max_tokens / 4, 1, 1024) : 1024;
     }
     options.shown_control_tokens.insert(options.shown_control_tokens.end(),
                                         shown_control_tokens.begin(), shown_control_tokens.end());

@@ -118,6 +118,23 @@ TEST(LlamaServerFlags, TheEnvironmentSetsWhatTheFlagsSet) {
     EXPECT_EQ(get_json(c, "/v1/models")["data"][0]["meta"]["n_ctx"], 256);
 }
 
+// --reasoning-budget closes every reply's thinking (QwQ's template opens it, and a random model
+// never closes it), saying --reasoning-budget-message first; a request's own budget wins.
+TEST(LlamaServerFlags, TheReasoningBudgetClosesTheThinking) {
+    ServerProcess server({"-m", generated_model("qwen3-tiny.gguf").string(), "-c", "1024", "-t",
+                          "2", "-np", "1", "--temp", "0", "--reasoning-budget", "4",
+                          "--reasoning-budget-message", " Time to answer.", "--chat-template-file",
+                          llama_source("models/templates/Qwen-QwQ-32B.jinja").string()});
+    auto c = server.client();
+    json body = chat_body(32);
+    const json m = post(c, "/v1/chat/completions", body)["choices"][0]["message"];
+    EXPECT_NE(m.value("reasoning_content", "").find("Time to answer."), std::string::npos) << m;
+    EXPECT_FALSE(m["content"].get<std::string>().empty()) << m;
+    body["reasoning_budget_tokens"] = -1;  // unlimited: the thinking takes every token
+    const json unlimited = post(c, "/v1/chat/completions", body)["choices"][0]["message"];
+    EXPECT_EQ(unlimited["content"], "") << unlimited;
+}
+
 TEST(LlamaServerFlags, WhatLlamappCannotHonourIsRefusedByName) {
     const std::string serve = binary("llamapp").string() + " serve --port 0 ";
     const std::vector<std::pair<std::string, std::string>> cases = {

@@ -1,0 +1,216 @@
+// Forced output always arrives: a required tool call or a JSON reply, on a model that never ends
+// its thinking on its own (the random-weight qwen3-tiny with QwQ's template, whose reply opens
+// the thinking block), in every protocol, whole and streamed. No request sets a budget: the
+// default one for forced replies closes the thinking.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+
+#include "support/http_helpers.hpp"
+#include "support/paths.hpp"
+#include "support/server_process.hpp"
+
+namespace {
+
+using json = nlohmann::json;
+using namespace llamapp::test;
+
+// What a reply came to, read from any protocol's whole body or stream.
+struct Outcome {
+    std::string reasoning;
+    std::string text;
+    std::string call;       // the first tool call's name
+    std::string arguments;  // and its arguments
+};
+
+const json weather_tool_schema = {
+    {"type", "object"},
+    {"properties", {{"city", {{"type", "string"}, {"enum", {"Paris", "Rome"}}}}}},
+    {"required", {"city"}}};
+const json ok_schema = {
+    {"type", "object"}, {"properties", {{"ok", {{"type", "boolean"}}}}}, {"required", {"ok"}}};
+
+class ForcedOutput : public ::testing::Test {
+  protected:
+    static void SetUpTestSuite() {
+        server_ =
+            start_suite_server({"-m", generated_model("qwen3-tiny.gguf").string(), "-c", "2048",
+                                "-np", "2", "-t", "2", "--temp", "0", "--chat-template-file",
+                                llama_source("models/templates/Qwen-QwQ-32B.jinja").string()},
+                               start_error_);
+    }
+    void SetUp() override { ASSERT_NE(server_, nullptr) << start_error_; }
+    static void TearDownTestSuite() {
+        delete server_;
+        server_ = nullptr;
+    }
+    static std::string post(const std::string& path, json body, bool stream) {
+        body["max_tokens"] = 96;
+        body["stream"] = stream;
+        auto c = server_->client();
+        auto r = c.Post(path, body.dump(), "application/json");
+        EXPECT_TRUE(r);
+        if (!r) return {};
+        EXPECT_EQ(r->status, 200) << r->body;
+        return r->body;
+    }
+    static ServerProcess* server_;
+    static std::string start_error_;
+};
+
+ServerProcess* ForcedOutput::server_ = nullptr;
+std::string ForcedOutput::start_error_;
+
+json user(const std::string& text) {
+    return json::array({{{"role", "user"}, {"content", text}}});
+}
+
+// The data of each event, whatever its name line.
+std::vector<json> event_data(const std::string& body) {
+    std::vector<json> out;
+    for (const std::string& e : sse_events(body)) {
+        const auto at = e.find("data: ");
+        if (at == std::string::npos || e.compare(at, 12, "data: [DONE]") == 0) continue;
+        out.push_back(json::parse(e.substr(at + 6)));
+    }
+    return out;
+}
+
+Outcome chat_outcome(const std::string& body, bool stream) {
+    Outcome o;
+    if (!stream) {
+        const json m = json::parse(body)["choices"][0]["message"];
+        o.reasoning = m.value("reasoning_content", "");
+        o.text = m["content"].is_string() ? m["content"].get<std::string>() : "";
+        if (m.contains("tool_calls")) {
+            o.call = m["tool_calls"][0]["function"]["name"];
+            o.arguments = m["tool_calls"][0]["function"]["arguments"];
+        }
+        return o;
+    }
+    for (const json& chunk : event_data(body)) {
+        if (chunk["choices"].empty()) continue;
+        const json& d = chunk["choices"][0]["delta"];
+        o.reasoning += d.value("reasoning_content", "");
+        if (d.contains("content") && d["content"].is_string()) o.text += d["content"];
+        for (const json& call : d.value("tool_calls", json::array())) {
+            if (call["index"] != 0) continue;
+            if (call["function"].contains("name")) o.call = call["function"]["name"];
+            o.arguments += call["function"].value("arguments", "");
+        }
+    }
+    return o;
+}
+
+Outcome messages_outcome(const std::string& body, bool stream) {
+    Outcome o;
+    auto add_block = [&o](const json& b) {
+        if (b["type"] == "thinking") o.reasoning += b["thinking"].get<std::string>();
+        if (b["type"] == "text") o.text += b["text"].get<std::string>();
+        if (b["type"] == "tool_use" && o.call.empty()) {
+            o.call = b["name"];
+            if (!b["input"].empty()) o.arguments = b["input"].dump();
+        }
+    };
+    if (!stream) {
+        const json message = json::parse(body);
+        for (const json& b : message["content"]) add_block(b);
+        return o;
+    }
+    for (const json& e : event_data(body)) {
+        if (e["type"] == "content_block_start") add_block(e["content_block"]);
+        if (e["type"] != "content_block_delta") continue;
+        const json& d = e["delta"];
+        if (d["type"] == "thinking_delta") o.reasoning += d["thinking"].get<std::string>();
+        if (d["type"] == "text_delta") o.text += d["text"].get<std::string>();
+        if (d["type"] == "input_json_delta" && e["index"] == 1) o.arguments += d["partial_json"];
+    }
+    return o;
+}
+
+// Whole or streamed, the response object: a stream's last event carries it.
+Outcome responses_outcome(const std::string& body, bool stream) {
+    json response;
+    if (!stream) {
+        response = json::parse(body);
+    } else {
+        for (const json& e : event_data(body))
+            if (e.contains("response")) response = e["response"];
+    }
+    Outcome o;
+    for (const json& item : response["output"]) {
+        if (item["type"] == "reasoning")
+            for (const json& part : item["content"]) o.reasoning += part["text"].get<std::string>();
+        if (item["type"] == "message")
+            for (const json& part : item["content"]) o.text += part["text"].get<std::string>();
+        if (item["type"] == "function_call" && o.call.empty()) {
+            o.call = item["name"];
+            o.arguments = item["arguments"];
+        }
+    }
+    return o;
+}
+
+void expect_call(const Outcome& o, const std::string& what) {
+    EXPECT_FALSE(o.reasoning.empty()) << what << ": the thinking is what the budget closes";
+    EXPECT_EQ(o.call, "get_weather") << what << ": " << o.reasoning.size() << " chars of thinking";
+}
+
+void expect_object(const Outcome& o, const std::string& what) {
+    EXPECT_FALSE(o.reasoning.empty()) << what;
+    EXPECT_TRUE(o.text.find('{') != std::string::npos) << what << ": " << o.text;
+}
+
+TEST_F(ForcedOutput, ChatCompletions) {
+    const json tool = {
+        {"type", "function"},
+        {"function", {{"name", "get_weather"}, {"parameters", weather_tool_schema}}}};
+    for (const bool stream : {false, true}) {
+        const std::string mode = stream ? "streamed" : "whole";
+        json call = {
+            {"messages", user("Weather in Rome?")}, {"tools", {tool}}, {"tool_choice", "required"}};
+        expect_call(chat_outcome(post("/v1/chat/completions", call, stream), stream),
+                    "call " + mode);
+        json object = {
+            {"messages", user("Is it sunny?")},
+            {"response_format",
+             {{"type", "json_schema"}, {"json_schema", {{"name", "ok"}, {"schema", ok_schema}}}}}};
+        expect_object(chat_outcome(post("/v1/chat/completions", object, stream), stream),
+                      "object " + mode);
+    }
+}
+
+TEST_F(ForcedOutput, AnthropicMessages) {
+    const json tool = {{"name", "get_weather"}, {"input_schema", weather_tool_schema}};
+    for (const bool stream : {false, true}) {
+        const std::string mode = stream ? "streamed" : "whole";
+        json call = {{"messages", user("Weather in Rome?")},
+                     {"tools", {tool}},
+                     {"tool_choice", {{"type", "tool"}, {"name", "get_weather"}}}};
+        expect_call(messages_outcome(post("/v1/messages", call, stream), stream), "call " + mode);
+        // llama-server's json_schema field, on this route too.
+        json object = {{"messages", user("Is it sunny?")}, {"json_schema", ok_schema}};
+        expect_object(messages_outcome(post("/v1/messages", object, stream), stream),
+                      "object " + mode);
+    }
+}
+
+TEST_F(ForcedOutput, OpenAiResponses) {
+    const json tool = {
+        {"type", "function"}, {"name", "get_weather"}, {"parameters", weather_tool_schema}};
+    for (const bool stream : {false, true}) {
+        const std::string mode = stream ? "streamed" : "whole";
+        json call = {{"input", "Weather in Rome?"}, {"tools", {tool}}, {"tool_choice", "required"}};
+        expect_call(responses_outcome(post("/v1/responses", call, stream), stream), "call " + mode);
+        json object = {
+            {"input", "Is it sunny?"},
+            {"text",
+             {{"format", {{"type", "json_schema"}, {"name", "ok"}, {"schema", ok_schema}}}}}};
+        expect_object(responses_outcome(post("/v1/responses", object, stream), stream),
+                      "object " + mode);
+    }
+}
+
+}  // namespace
