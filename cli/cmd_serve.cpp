@@ -57,6 +57,11 @@ void add_model_flags(CLI::App& cmd, ServeFlags& flags) {
                                       {"0", "off"},
                                       {"disabled", "off"}}))
         ->check(CLI::IsMember({"on", "off", "auto"}));
+    add_llama_option(cmd, "--reasoning-format", flags.reasoning_format,
+                     "deepseek or auto: a reply's thinking goes to reasoning_content; none: it "
+                     "stays in the content (deepseek-legacy, both at once, is not supported)")
+        ->check(CLI::IsMember({"none", "deepseek", "auto"}))
+        ->capture_default_str();
     add_llama_switch(cmd, "--kv-unified", flags.kv_unified,
                      "slots share one KV cache, and a request may use all of -c (default; "
                      "--no-kv-unified gives each slot -c / --parallel, as llama-server does "
@@ -101,6 +106,7 @@ Result<ModelSpec> model_defaults(const ServeFlags& flags) {
     s.defaults.sampling = *sampling;
     s.defaults.max_tokens = flags.n_predict < 0 ? -1 : flags.n_predict;
     if (flags.reasoning != "auto") s.defaults.enable_thinking = flags.reasoning == "on";
+    s.defaults.split_reasoning = flags.reasoning_format != "none";
     if (flags.n_predict == 0)
         return fail(ErrorCode::invalid_argument, "must be -1 or at least 1", "--n-predict");
     if (flags.embeddings) s.embed = true;

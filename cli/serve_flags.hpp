@@ -32,6 +32,7 @@ struct ServeFlags {
     std::string chat_template_file;
     bool jinja = true;
     std::string reasoning = "auto";  // on, off or auto
+    std::string reasoning_format = "auto";  // none, deepseek or auto
     std::string pooling;
     std::vector<std::string> aliases;  // of the first -m model: its id, then further names
     std::vector<std::string> tags;

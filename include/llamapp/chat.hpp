@@ -45,6 +45,9 @@ enum class ToolChoice {
 struct ChatRenderOptions {
     bool add_generation_prompt = true;
     bool enable_thinking = true;
+    // The reply's thinking parsed out into reasoning_content; false leaves it in the content
+    // (llama-server's --reasoning-format none).
+    bool split_reasoning = true;
     std::vector<ToolDefinition> tools;
     ToolChoice tool_choice = ToolChoice::automatic;
     std::string forced_tool;  // not empty: the reply is a call of exactly this tool
@@ -72,7 +75,7 @@ struct ChatPrompt {
     // The template's thinking markers; empty when it has none.
     std::string thinking_start;
     std::vector<std::string> thinking_end;
-    bool reply_format = false;  // reply_grammar is the JSON reply format's
+    bool reply_format = false;                // reply_grammar is the JSON reply format's
     std::vector<Token> shown_control_tokens;  // markup tokens the reply parser needs to see
     std::shared_ptr<const detail::ChatParseState> parse_state;  // how to parse the reply
 

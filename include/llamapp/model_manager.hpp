@@ -40,6 +40,7 @@ struct RequestDefaults {
     // Chat: whether the template is asked to think (llama-server's --reasoning on|off); unset:
     // the template's own default.
     std::optional<bool> enable_thinking;
+    bool split_reasoning = true;  // llama-server's --reasoning-format: deepseek (true) or none
 };
 
 struct ModelSpec {

@@ -40,7 +40,7 @@ struct ReplyGrammar {
 // goes on after them, under the reply grammar if there is one. The markers come from the chat
 // template (ChatPrompt::constrain); without a start and an end marker there is no limit.
 struct ReasoningBudget {
-    int tokens = -1;  // -1 = no limit; 0 = the block closes at once
+    int tokens = -1;               // -1 = no limit; 0 = the block closes at once
     std::string start;             // e.g. "<think>"
     std::vector<std::string> end;  // e.g. "</think>"; the first is the one forced
     std::string message;           // said before the forced end marker (may be empty)

@@ -177,7 +177,8 @@ Result<common_chat_params> apply_common(const detail::ChatTemplateState& s,
     inputs.chat_template_kwargs = options.template_variables;
     inputs.json_schema = options.json_schema;
     inputs.use_jinja = s.renderer == TemplateRenderer::jinja;
-    inputs.reasoning_format = COMMON_REASONING_FORMAT_DEEPSEEK;
+    inputs.reasoning_format =
+        options.split_reasoning ? COMMON_REASONING_FORMAT_DEEPSEEK : COMMON_REASONING_FORMAT_NONE;
     detail::LogCapture capture;
     // One render at a time: common's template context formats the date with localtime(),
     // whose time-zone state is not thread-safe (ThreadSanitizer caught it under server load).
@@ -420,10 +421,11 @@ ReplyGrammar reply_grammar_of(const common_chat_params& params, const ChatRender
 }
 
 Result<std::shared_ptr<const detail::ChatParseState>> parse_state_of(
-    const common_chat_params& params, bool one_call) {
+    const common_chat_params& params, bool one_call, bool split_reasoning) {
     auto state = std::make_shared<detail::ChatParseState>();
     state->params = common_chat_parser_params(params);
-    state->params.reasoning_format = COMMON_REASONING_FORMAT_DEEPSEEK;
+    state->params.reasoning_format =
+        split_reasoning ? COMMON_REASONING_FORMAT_DEEPSEEK : COMMON_REASONING_FORMAT_NONE;
     if (one_call) state->max_tool_calls = 1;
     if (!params.parser.empty()) {
         try {
@@ -492,7 +494,7 @@ Result<ChatPrompt> ChatTemplate::render(const std::vector<ChatMessage>& messages
         auto ids = tokenizer.encode(text, {.add_special = false, .parse_special = true});
         if (ids && ids->size() == 1) prompt.shown_control_tokens.push_back(ids->front());
     }
-    auto parse_state = parse_state_of(*params, one_call);
+    auto parse_state = parse_state_of(*params, one_call, options.split_reasoning);
     if (!parse_state) return std::unexpected(parse_state.error());
     prompt.parse_state = std::move(*parse_state);
     return prompt;

@@ -290,6 +290,13 @@ void parse_common(const json& body, const RequestLimits& limits, const RequestDe
                 static_cast<int>(integer_field(*v, name, -1, std::numeric_limits<int>::max()));
     if (const json* v = optional_field(body, "reasoning_budget_message"))
         s.reasoning.message = string_field(*v, "reasoning_budget_message");
+    out.render.split_reasoning = defaults.split_reasoning;
+    if (const json* v = optional_field(body, "reasoning_format")) {
+        const std::string f = string_field(*v, "reasoning_format");
+        if (f != "none" && f != "deepseek" && f != "auto")
+            reject_field("reasoning_format", "must be none, deepseek or auto");
+        out.render.split_reasoning = f != "none";
+    }
 }
 
 const json& object_field(const json& parent, const char* name, const std::string& where) {
@@ -438,12 +445,13 @@ ToolDefinition tool_definition(const json& tool, const std::string& where, const
 
 void apply_reasoning_effort(const json& effort, const std::string& param, GenerationRequest& g) {
     // Tokens of thinking per effort; xhigh leaves it unlimited.
-    static const std::map<std::string, int> budgets = {{"none", 0},      {"minimal", 256},
-                                                       {"low", 1024},    {"medium", 4096},
+    static const std::map<std::string, int> budgets = {{"none", 0},     {"minimal", 256},
+                                                       {"low", 1024},   {"medium", 4096},
                                                        {"high", 16384}, {"xhigh", -1}};
     const std::string e = string_field(effort, param);
     const auto it = budgets.find(e);
-    if (it == budgets.end()) reject_field(param, "must be none, minimal, low, medium, high or xhigh");
+    if (it == budgets.end())
+        reject_field(param, "must be none, minimal, low, medium, high or xhigh");
     if (e == "none") {
         g.render.enable_thinking = false;
         return;

@@ -130,6 +130,16 @@ TEST(LlamaServerFlags, TheReasoningBudgetClosesTheThinking) {
     const json m = post(c, "/v1/chat/completions", body)["choices"][0]["message"];
     EXPECT_NE(m.value("reasoning_content", "").find("Time to answer."), std::string::npos) << m;
     EXPECT_FALSE(m["content"].get<std::string>().empty()) << m;
+    // reasoning_format none (llama-server's --reasoning-format none): the thinking stays in the
+    // content.
+    json inline_thinking = body;
+    inline_thinking["reasoning_format"] = "none";
+    const json in_content =
+        post(c, "/v1/chat/completions", inline_thinking)["choices"][0]["message"];
+    EXPECT_FALSE(in_content.contains("reasoning_content")) << in_content;
+    EXPECT_NE(in_content["content"].get<std::string>().find("Time to answer.</think>"),
+              std::string::npos)
+        << in_content;
     body["reasoning_budget_tokens"] = -1;  // unlimited: the thinking takes every token
     const json unlimited = post(c, "/v1/chat/completions", body)["choices"][0]["message"];
     EXPECT_EQ(unlimited["content"], "") << unlimited;
