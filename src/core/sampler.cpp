@@ -78,7 +78,7 @@ Result<void> SamplingParams::validate() const {
     }
     if (!reply_grammar.gbnf.empty() && (!grammar.empty() || !json_schema.empty())) {
         return fail(ErrorCode::invalid_argument,
-                    "a tool-call grammar excludes a grammar or json_schema", "grammar");
+                    "the template's reply grammar excludes a grammar or json_schema", "grammar");
     }
     if (reply_grammar.lazy && reply_grammar.triggers.empty()) {
         return fail(ErrorCode::invalid_argument, "a lazy grammar needs at least one trigger",
