@@ -175,6 +175,10 @@ void add_serve_options(CLI::App& cmd, ServeFlags& flags) {
                      "allowed browser origins, a comma list (* = any)")
         ->delimiter(',');
     add_llama_switch(cmd, "--slots", s.slots_route, "serve GET /slots (--no-slots: do not)");
+    add_llama_option(cmd, "--slot-save-path", flags.slot_save_path,
+                     "serve POST /slots/{id}?action=save|restore|erase: a saved slot is a KV "
+                     "store entry, named by a file here; without --cache-disk this directory "
+                     "is the store's disk tier too");
     cmd.add_flag("--accept-any-model", s.accept_any_model,
                  "with one model, serve it whatever \"model\" a request names, as llama-server "
                  "does (default: 404 for an unknown name)")
@@ -253,6 +257,14 @@ Result<ServerOptions> server_options(const ServeFlags& flags) {
     if (flags.responses_ttl_s < 1)
         return fail(ErrorCode::invalid_argument, "must be positive", "--responses-ttl");
     options.stored_response_ttl = std::chrono::seconds(flags.responses_ttl_s);
+    if (!flags.slot_save_path.empty()) {
+        std::error_code ec;
+        std::filesystem::create_directories(flags.slot_save_path, ec);
+        if (ec || !std::filesystem::is_directory(flags.slot_save_path))
+            return fail(ErrorCode::io_error, "cannot create the directory",
+                        "--slot-save-path=" + flags.slot_save_path);
+        options.slot_save_path = flags.slot_save_path;
+    }
     return options;
 }
 
@@ -395,7 +407,10 @@ int serve(const std::shared_ptr<ServeFlags>& flags) {
     sigaddset(&signals, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
-    auto store = open_kv_store(flags->cache);
+    CacheFlags cache = flags->cache;
+    // Saved slots are kept across restarts, as llama-server's files are.
+    if (cache.disk_dir.empty()) cache.disk_dir = flags->slot_save_path;
+    auto store = open_kv_store(cache);
     if (!store) return report(store.error());
     auto models = start_models(*flags, *store);
     if (!models) return report(models.error());

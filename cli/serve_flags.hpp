@@ -31,7 +31,7 @@ struct ServeFlags {
     std::string chat_template;              // a template, or a built-in template's name
     std::string chat_template_file;
     bool jinja = true;
-    std::string reasoning = "auto";  // on, off or auto
+    std::string reasoning = "auto";         // on, off or auto
     std::string reasoning_format = "auto";  // none, deepseek or auto
     std::string pooling;
     std::vector<std::string> aliases;  // of the first -m model: its id, then further names
@@ -43,6 +43,7 @@ struct ServeFlags {
     int timeout_s = 600;
     int drain_grace_s = 30;
     int responses_ttl_s = 3600;
+    std::string slot_save_path;  // POST /slots/{id}?action=...; the disk tier without --cache-disk
     std::string models_dir;
     std::string models_preset;
     std::size_t max_models = 0;

@@ -6,6 +6,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -107,6 +108,9 @@ struct EngineRequest {
     // Longest prompt accepted (a server's limit); 0 = what fits the context (n_ctx - 1).
     std::size_t max_prompt_tokens = 0;
     std::string session;  // sticks the request to the session's sequence; created on first use
+    // Runs on this slot (0 .. slots - 1) and waits while another request holds it, as
+    // llama-server's id_slot does; -1 = wherever the scheduler chooses. Not with a session.
+    int slot = -1;
     // Reuse is a read of another caller's KV: a request reuses or copies only what requests of
     // the same scope left behind, and finds sessions only within it (set it per tenant).
     std::string cache_scope;
@@ -119,6 +123,14 @@ struct SessionInfo {
     int cached_tokens = 0;
     bool busy = false;
     double idle_seconds = 0;
+};
+
+// A slot's sequence saved to or restored from the KV store (Engine::save_slot, restore_slot).
+struct SlotSnapshot {
+    int slot = -1;
+    std::vector<Token> tokens;  // what the slot holds
+    std::uint64_t bytes = 0;    // the state's size
+    double ms = 0;              // the copy (and the write or read), not the wait for the slot
 };
 
 struct EngineStats {
@@ -176,6 +188,24 @@ class Engine {
     // Forgets a session and frees its sequence. Errors: not_found, busy (a request runs on it).
     [[nodiscard]] Result<void> end_session(const std::string& id, const std::string& scope = {});
     std::vector<SessionInfo> sessions() const;
+
+    // Slots by index (0 .. stats().slots - 1), as llama-server's /slots actions name them. Each
+    // waits while a request runs on the slot, then acts between two decode calls, before the
+    // next admission. Errors: invalid_argument (no such slot).
+    // Saves what the slot holds into the KV store as an entry like any other: a later prompt
+    // that shares its prefix restores it, and a directory tier keeps it across restarts.
+    // Written when this returns. Errors: unsupported_operation (no store), invalid_argument (an
+    // empty slot, or one holding another scope's tokens), out_of_memory (past the store's
+    // quotas), io_error.
+    [[nodiscard]] Result<SlotSnapshot> save_slot(int slot, const std::string& scope = {});
+    // Loads into the slot the stored entry that holds all of `tokens` (saved by this model, in
+    // this scope). Errors: not_found, and context_overflow when the context has no room (the
+    // slot is then empty).
+    [[nodiscard]] Result<SlotSnapshot> restore_slot(int slot, std::span<const Token> tokens,
+                                                    const std::string& scope = {});
+    // Drops what the slot holds, and the session pinned to it; how many tokens it held. Entries
+    // in the KV store stay (KvStore::clear removes those).
+    [[nodiscard]] Result<std::size_t> erase_slot(int slot);
 
     // Stops accepting work, lets what runs and waits finish for up to `grace`, cancels the rest
     // and stops the decode thread. Later submits fail with shutting_down.

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -20,6 +21,10 @@ struct ServerOptions {
     std::vector<std::string> api_keys;      // any of them is accepted; none = no authentication
     std::vector<std::string> cors_origins;  // empty = no CORS headers; "*" = any origin
     bool slots_route = true;                // GET /slots (llama-server's --slots)
+    // POST /slots/{id}?action=save|restore|erase (llama-server's --slot-save-path): the state
+    // goes into the KV store as an entry like any other, and a small file here names it. Empty:
+    // the actions are refused.
+    std::filesystem::path slot_save_path;
     // A server of one model serves it whatever name a request gives, as llama-server does.
     bool accept_any_model = false;
     std::size_t max_body_bytes = 8u << 20;

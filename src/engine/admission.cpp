@@ -43,7 +43,8 @@ RequestView EngineCore::request_view(const Pending& pending) const {
             .session = req.session,
             .scope = req.cache_scope,
             .reuse = req.options.reuse_prefix,
-            .stored_tokens = pending.stored ? pending.stored->matched_tokens : 0};
+            .stored_tokens = pending.stored ? pending.stored->matched_tokens : 0,
+            .slot = req.slot};
 }
 
 void EngineCore::admit() {

@@ -119,6 +119,15 @@ Result<std::unique_ptr<detail::Pending>> prepare(detail::EngineCore& s, EngineRe
     if (request.queue_timeout.count() < -1) {
         return fail(ErrorCode::invalid_argument, "queue_timeout must be >= -1", "queue_timeout");
     }
+    if (request.slot < -1 || request.slot >= s.n_slots())
+        return fail(
+            ErrorCode::invalid_argument,
+            fmt::format("slot {} does not exist (this engine has {})", request.slot, s.n_slots()),
+            "slot");
+    if (request.slot >= 0 && !request.session.empty())
+        return fail(ErrorCode::invalid_argument,
+                    "a request names a slot or a session, not both: a session has its own slot",
+                    "slot");
     auto sampler = detail::Sampler::create(detail::model_state(s.model()), o.sampling, o.ignore_eos,
                                            s.n_ctx_seq());
     if (!sampler) return std::unexpected(sampler.error());
@@ -224,6 +233,53 @@ std::vector<SessionInfo> Engine::sessions() const {
     auto list = core_->on_decode_thread<std::vector<SessionInfo>>(
         [&]() -> Result<std::vector<SessionInfo>> { return core_->list_sessions(); });
     return list ? std::move(*list) : std::vector<SessionInfo>{};
+}
+
+Result<SlotSnapshot> Engine::save_slot(int slot, const std::string& scope) {
+    detail::EngineCore& s = *core_;
+    if (!s.stores())
+        return fail(ErrorCode::unsupported_operation, "this engine has no KV store to save into");
+    auto saved = s.on_idle_slot<SlotSnapshot>(slot, [&](detail::Slot& sl) -> Result<SlotSnapshot> {
+        // Another scope's tokens are not this caller's to read: they look like an empty slot.
+        if (sl.scope != scope && !sl.cached.empty())
+            return fail(ErrorCode::invalid_argument, fmt::format("slot {} holds no tokens", sl.seq),
+                        "slot");
+        return s.save_slot(sl);
+    });
+    if (!saved) return saved;
+    // The write happens on the store's writer thread; the caller waits for it, not the engine.
+    const auto started = detail::Reply::Clock::now();
+    if (auto ok = s.wait_until_stored(saved->tokens, scope); !ok)
+        return std::unexpected(ok.error());
+    saved->ms += detail::ms_between(started, detail::Reply::Clock::now());
+    return saved;
+}
+
+Result<SlotSnapshot> Engine::restore_slot(int slot, std::span<const Token> tokens,
+                                          const std::string& scope) {
+    detail::EngineCore& s = *core_;
+    if (!s.stores())
+        return fail(ErrorCode::unsupported_operation,
+                    "this engine has no KV store to restore from");
+    if (auto ok = detail::validate_prompt(s.model(), tokens); !ok)
+        return std::unexpected(ok.error());
+    if (tokens.size() >= static_cast<std::size_t>(s.n_ctx_seq()))
+        return fail(ErrorCode::context_overflow,
+                    fmt::format("{} tokens do not fit a slot's {}", tokens.size(), s.n_ctx_seq()));
+    // The file is read here, on the caller's thread.
+    const std::optional<detail::KvHit> hit = s.fetch_whole(tokens, scope);
+    if (!hit)
+        return fail(ErrorCode::not_found,
+                    fmt::format("the KV store holds no state of these {} tokens for this model",
+                                tokens.size()));
+    return s.on_idle_slot<SlotSnapshot>(
+        slot, [&](detail::Slot& sl) { return s.restore_slot(sl, *hit, scope); });
+}
+
+Result<std::size_t> Engine::erase_slot(int slot) {
+    detail::EngineCore& s = *core_;
+    return s.on_idle_slot<std::size_t>(
+        slot, [&](detail::Slot& sl) -> Result<std::size_t> { return s.erase_slot(sl); });
 }
 
 void Engine::shutdown(std::chrono::milliseconds grace) {

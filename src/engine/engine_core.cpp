@@ -145,11 +145,12 @@ EngineStats EngineCore::stats() const {
 
 // ---- the loop -------------------------------------------------------------------------------
 
-// The decode thread: take the inbox, expire, admit, then one step (plan, decode, sample, emit)
-// while anything runs, else wait for work.
+// The decode thread: take the inbox, expire, run the slot actions, admit, then one step (plan,
+// decode, sample, emit) while anything runs, else wait for work.
 void EngineCore::loop() {
     while (take_inbox()) {
         reap();
+        run_slot_commands();
         admit();
         publish_gauges();
         const bool running = std::any_of(slots_.begin(), slots_.end(),
@@ -208,6 +209,7 @@ void EngineCore::end_all_at_shutdown() {
         stop_queued(std::move(p), stopped);
     }
     for (auto& c : commands) c();
+    run_slot_commands();  // every slot is idle now
     take_deferred_saves();
     if (persistence_.policy.on_shutdown) {
         for (auto& slot : slots_) save(slot, SaveReason::shutdown);

@@ -4,6 +4,8 @@
 // the events. Every method below except the ones marked "any thread" runs on the decode thread.
 #pragma once
 
+#include <fmt/core.h>
+
 #include <atomic>
 #include <condition_variable>
 #include <deque>
@@ -94,6 +96,7 @@ class EngineCore {
     const EngineOptions& options() const { return options_; }
     EngineMetrics& metrics() { return metrics_; }
     int n_ctx_seq() const { return n_ctx_seq_; }
+    int n_slots() const { return static_cast<int>(slots_.size()); }
     std::shared_ptr<Inbox> inbox() const { return inbox_; }
     std::uint64_t next_id() { return ++last_id_; }
     void notify(const LifecycleEvent& event) const;
@@ -105,6 +108,21 @@ class EngineCore {
     Result<void> end(const std::string& id, const std::string& scope);
     std::vector<SessionInfo> list_sessions() const;
 
+    // Any thread: runs `work` on the decode thread once no request runs on slot `index` (at
+    // once when none does), before the next admission; returns its result.
+    template <typename T>
+    Result<T> on_idle_slot(int index, std::function<Result<T>(Slot&)> work);
+    // Decode thread, on an idle slot: the slot actions (Engine::save_slot and the others). The
+    // save reserves and fills a store entry; the caller waits for its write.
+    Result<SlotSnapshot> save_slot(Slot& slot);
+    Result<SlotSnapshot> restore_slot(Slot& slot, const KvHit& hit, const std::string& scope);
+    std::size_t erase_slot(Slot& slot);
+    // Any thread: the stored entry holding all of `tokens`, loaded (file reads happen here).
+    std::optional<KvHit> fetch_whole(std::span<const Token> tokens, const std::string& scope) const;
+    bool stores() const { return persistence_.store.has_value(); }
+    // Any thread: whether the store serves all of `tokens`, written where its tiers are.
+    Result<void> wait_until_stored(std::span<const Token> tokens, const std::string& scope) const;
+
   private:
     void loop();
     bool take_inbox();  // false once asked to stop
@@ -112,6 +130,7 @@ class EngineCore {
     // Whatever still runs or waits ends as cancelled; then the shutdown saves.
     void end_all_at_shutdown();
     void reap();
+    void run_slot_commands();  // those whose slot is idle
     void admit();
     void tick();
     void plan_rows();
@@ -181,6 +200,12 @@ class EngineCore {
     std::deque<std::unique_ptr<Pending>> queue_;
     using SessionKey = std::pair<std::string, std::string>;  // scope, session id
     std::map<SessionKey, int> sessions_;                     // -> slot index
+    // Slot actions waiting for their slot to be idle (on_idle_slot).
+    struct SlotCommand {
+        int slot = 0;
+        std::function<void()> run;
+    };
+    std::deque<SlotCommand> slot_commands_;
     Clock::time_point saves_due_{};  // when deferred finish saves are taken if still idle
     Scheduler scheduler_;            // decisions; the methods above carry them out
     StepPlan plan_;                  // this step's rows
@@ -211,6 +236,27 @@ Result<T> EngineCore::on_decode_thread(std::function<Result<T>()> work) {
         inbox_->dirty = true;
     }
     inbox_->wake.notify_one();
+    return result.get();
+}
+
+template <typename T>
+Result<T> EngineCore::on_idle_slot(int index, std::function<Result<T>(Slot&)> work) {
+    if (index < 0 || index >= static_cast<int>(slots_.size()))
+        return fail(
+            ErrorCode::invalid_argument,
+            fmt::format("slot {} does not exist (this engine has {})", index, slots_.size()),
+            "slot");
+    auto promise = std::make_shared<std::promise<Result<T>>>();
+    auto result = promise->get_future();
+    auto posted = on_decode_thread<void>([&]() -> Result<void> {
+        slot_commands_.push_back({index, [this, index, work = std::move(work), promise] {
+                                      promise->set_value(
+                                          work(slots_[static_cast<std::size_t>(index)]));
+                                  }});
+        run_slot_commands();
+        return {};
+    });
+    if (!posted) return std::unexpected(posted.error());
     return result.get();
 }
 

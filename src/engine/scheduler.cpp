@@ -45,12 +45,19 @@ bool Scheduler::worth_waiting_for_donor(std::span<const SlotView> slots,
     return soon > now && soon >= enough;
 }
 
-// A session's own slot; else the idle slot whose cache serves the prompt best, when it covers at
-// least min_prefix_similarity of it; else the least recently used idle one. Without an idle
-// unpinned slot the least recently used idle session gives its slot up (`reclaims`).
+// The slot the request names, once idle (a session there gives it up); a session's own slot;
+// else the idle slot whose cache serves the prompt best, when it covers at least
+// min_prefix_similarity of it; else the least recently used idle one. Without an idle unpinned
+// slot the least recently used idle session gives its slot up (`reclaims`).
 std::optional<int> Scheduler::choose_slot(std::span<const SlotView> slots,
                                           const RequestView& request, bool& reclaims) const {
     reclaims = false;
+    if (request.slot >= 0) {
+        const SlotView& named = slots[static_cast<std::size_t>(request.slot)];
+        if (named.running) return std::nullopt;
+        reclaims = !named.session.empty();
+        return named.seq;
+    }
     if (!request.session.empty()) {
         for (const SlotView& s : slots) {
             if (s.session != request.session || s.scope != request.scope) continue;

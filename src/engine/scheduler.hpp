@@ -46,6 +46,7 @@ struct RequestView {
     std::string_view scope;
     bool reuse = true;              // the request allows prefix reuse (GenerateOptions)
     std::size_t stored_tokens = 0;  // what the KV store's best entry matches (0: none)
+    int slot = -1;                  // runs on this slot only (EngineRequest::slot)
 };
 
 // Where a request runs, and what its KV cache starts from.

@@ -322,6 +322,7 @@ void ServerState::register_native_routes() {
         http.Post(path, [this](Req req, Res res) { count_chat_tokens(req, res); });
     http.Get("/props", [this](Req req, Res res) { props(req, res); });
     http.Get("/slots", [this](Req req, Res res) { slots(req, res); });
+    http.Post("/slots/:id_slot", [this](Req req, Res res) { slot_action(req, res); });
 }
 
 }  // namespace llamapp::detail

@@ -279,6 +279,10 @@ void parse_common(const json& body, const RequestLimits& limits, const RequestDe
     parse_response_format(body, s);
     if (const json* v = optional_field(body, "session"))
         out.engine.session = string_field(*v, "session");
+    // llama-server's slot pinning; the engine checks the slot exists.
+    if (const json* v = optional_field(body, "id_slot"))
+        out.engine.slot =
+            static_cast<int>(integer_field(*v, "id_slot", -1, std::numeric_limits<int>::max()));
     if (const json* v = optional_field(body, "ignore_eos"))
         o.ignore_eos = bool_field(*v, "ignore_eos");
     if (const json* v = optional_field(body, "cache_prompt"))

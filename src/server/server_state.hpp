@@ -90,6 +90,8 @@ struct ServerState {
     void count_chat_tokens(const httplib::Request& req, httplib::Response& res) const;
     void props(const httplib::Request& req, httplib::Response& res) const;
     void slots(const httplib::Request& req, httplib::Response& res) const;
+    // POST /slots/{id}?action= (slot_routes.cpp).
+    void slot_action(const httplib::Request& req, httplib::Response& res) const;
     // Anthropic's Messages API (anthropic_routes.cpp).
     void register_anthropic_routes();
     void anthropic_messages(const httplib::Request& req, httplib::Response& res);

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -121,6 +122,59 @@ TEST(Scheduler, ChoosesTheSlotWithTheLongestUsablePrefixOrElseTheLeastRecentlyUs
         EXPECT_EQ(a->source, c.source) << c.name;
         EXPECT_EQ(a->reuse_tokens, c.reused) << c.name;
         EXPECT_FALSE(a->reclaims_session) << c.name;
+    }
+}
+
+// llama-server's id_slot: the named slot or nothing, whatever the others hold.
+TEST(Scheduler, ARequestThatNamesASlotRunsThereOnceItIsIdle) {
+    const auto system = tokens(100, 40);
+    const auto prompt = concat(system, tokens(500, 10));
+    struct Case {
+        const char* name;
+        std::vector<SlotSpec> slots;
+        std::optional<int> slot;
+        ReuseSource source;
+        std::size_t reused;
+        bool reclaims;
+    };
+    const std::vector<Case> cases = {
+        {"named over a better prefix elsewhere, which it copies",
+         {{system, 1s}, {{}, 9s}},
+         1,
+         ReuseSource::other_slot,
+         40,
+         false},
+        {"named slot keeps its own prefix",
+         {{{}, 1s}, {tokens(100, 30), 9s}},
+         1,
+         ReuseSource::same_slot,
+         30,
+         false},
+        {"a busy named slot makes it wait, though another is idle",
+         {{{}, 1s}, {system, 9s, "", "", true, system, 40}},
+         std::nullopt,
+         ReuseSource::none,
+         0,
+         false},
+        {"an idle session on the named slot gives it up",
+         {{{}, 1s}, {tokens(900, 20), 9s, "chat"}},
+         1,
+         ReuseSource::none,
+         0,
+         true},
+    };
+    Scheduler scheduler(options());
+    for (const Case& c : cases) {
+        Slots slots(c.slots);
+        RequestView r = request(prompt);
+        r.slot = 1;
+        const auto a = scheduler.admit(slots.views, r);
+        ASSERT_EQ(a.has_value(), c.slot.has_value()) << c.name;
+        if (!a) continue;
+        EXPECT_EQ(a->slot, *c.slot) << c.name;
+        EXPECT_EQ(a->source, c.source) << c.name;
+        EXPECT_EQ(a->reuse_tokens, c.reused) << c.name;
+        EXPECT_EQ(a->reclaims_session, c.reclaims) << c.name;
     }
 }
 
