@@ -285,6 +285,7 @@ void EngineCore::publish_gauges() {
     metrics_.busy_slots->set(busy);
     metrics_.kv_tokens->set(static_cast<double>(kv));
     metrics_.queue_depth->set(static_cast<double>(queue_.size()));
+    metrics_.llama_server.publish(busy, queue_.size());
 }
 
 // ---- events ---------------------------------------------------------------------------------
@@ -325,6 +326,7 @@ void EngineCore::conclude_running(Slot& slot) {
         const int computed = c.generation.usage.prompt_tokens - c.generation.usage.cached_tokens;
         t.prefill_tokens_per_s = t.prefill_ms > 0 ? computed * 1000.0 / t.prefill_ms : 0;
     }
+    metrics_.llama_server.count_finished(c.generation);
     send_final(std::move(c), *r->pending);
     // After the final event, so that the copy never delays the caller; with a delay, not before
     // the engine idles (the next turn of the conversation usually reuses the live sequence).

@@ -88,7 +88,85 @@ Result<EngineMetrics> EngineMetrics::create(std::shared_ptr<MetricsRegistry> reg
                      batch_size_buckets(), labels),
          m.batch_size);
     if (!keep.ok) return std::unexpected(keep.first);
+    auto llama_server = LlamaServerMetrics::create(r);
+    if (!llama_server) return std::unexpected(llama_server.error());
+    m.llama_server = *llama_server;
     return m;
+}
+
+Result<LlamaServerMetrics> LlamaServerMetrics::create(MetricsRegistry& r) {
+    LlamaServerMetrics m;
+    MetricRegistration keep;
+    keep(r.counter("llamacpp:prompt_tokens_total", "Number of prompt tokens processed."),
+         m.prompt_tokens);
+    keep(r.counter("llamacpp:prompt_tokens_cached_total",
+                   "Number of prompt tokens reused from the KV cache."),
+         m.prompt_tokens_cached);
+    keep(r.counter("llamacpp:prompt_seconds_total", "Prompt process time"), m.prompt_seconds);
+    keep(r.counter("llamacpp:tokens_predicted_total", "Number of generation tokens processed."),
+         m.predicted_tokens);
+    keep(r.counter("llamacpp:tokens_predicted_seconds_total", "Predict process time"),
+         m.predicted_seconds);
+    keep(r.counter("llamacpp:n_decode_total", "Total number of llama_decode() calls"), m.decodes);
+    keep(r.counter("llamacpp:n_tokens_max", "Largest observed n_tokens."), m.n_tokens_max);
+    keep(r.counter("llamacpp:spec_decode_num_draft_tokens_total",
+                   "Number of draft tokens proposed (prompt lookup)."),
+         m.draft_tokens);
+    keep(r.counter("llamacpp:spec_decode_num_accepted_tokens_total",
+                   "Number of draft tokens accepted."),
+         m.draft_accepted);
+    keep(r.counter("llamacpp:spec_decode_num_drafts_total", "Number of drafts decoded."),
+         m.drafts);
+    keep(r.gauge("llamacpp:prompt_tokens_seconds", "Average prompt throughput in tokens/s."),
+         m.prompt_rate);
+    keep(r.gauge("llamacpp:predicted_tokens_seconds", "Average generation throughput in tokens/s."),
+         m.predicted_rate);
+    keep(r.gauge("llamacpp:requests_processing", "Number of requests processing."),
+         m.processing);
+    keep(r.gauge("llamacpp:requests_deferred", "Number of requests deferred."), m.deferred);
+    keep(r.gauge("llamacpp:n_busy_slots_per_decode",
+                 "Average number of busy slots per llama_decode() call"),
+         m.busy_per_decode);
+    if (!keep.ok) return std::unexpected(keep.first);
+    return m;
+}
+
+void LlamaServerMetrics::count_finished(const Generation& g) {
+    const Usage& u = g.usage;
+    prompt_tokens->inc(u.prompt_tokens - u.cached_tokens);
+    prompt_tokens_cached->inc(u.cached_tokens);
+    prompt_seconds->inc(g.timings.prefill_ms / 1000.0);
+    predicted_tokens->inc(u.completion_tokens);
+    predicted_seconds->inc(g.timings.decode_ms / 1000.0);
+    const double n_tokens = u.prompt_tokens + u.completion_tokens;
+    // Another engine may raise it at once; the series only ever grows.
+    if (const double now = n_tokens_max->value(); n_tokens > now) n_tokens_max->inc(n_tokens - now);
+    auto rate = [](const Counter* tokens, const Counter* seconds) {
+        return seconds->value() > 0 ? tokens->value() / seconds->value() : 0.0;
+    };
+    prompt_rate->set(rate(prompt_tokens, prompt_seconds));
+    predicted_rate->set(rate(predicted_tokens, predicted_seconds));
+}
+
+void LlamaServerMetrics::publish(int busy, std::size_t queued) {
+    processing->add(busy - published_busy_);
+    deferred->add(static_cast<double>(queued) - static_cast<double>(published_queued_));
+    published_busy_ = busy;
+    published_queued_ = queued;
+}
+
+void LlamaServerMetrics::count_decode(int busy) {
+    decodes->inc();
+    decodes_ += 1;
+    busy_sum_ += busy;
+    busy_per_decode->set(busy_sum_ / decodes_);
+}
+
+void LlamaServerMetrics::count_drafts(int decoded, int accepted) {
+    if (decoded == 0) return;
+    draft_tokens->inc(decoded);
+    draft_accepted->inc(accepted);
+    drafts->inc();
 }
 
 void EngineMetrics::count_outcome(const Generation& g) {

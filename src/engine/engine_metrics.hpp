@@ -9,6 +9,43 @@
 
 namespace llamapp::detail {
 
+// llama-server's metric families (llamacpp:*), so that dashboards and alerts built on it keep
+// working. Unlabeled: every engine of a registry adds into the same series, a server's totals
+// over its models; its gauges are the sums (busy, deferred) or the last engine's (per decode).
+struct LlamaServerMetrics {
+    static Result<LlamaServerMetrics> create(MetricsRegistry& registry);
+    // A request that held a slot, at its end: prompt tokens computed and reused, reply tokens,
+    // and the time each part took; the rate gauges follow.
+    void count_finished(const Generation& g);
+    // Decode thread, each step: the engine's own running and waiting requests, added into the
+    // shared gauges as a change since its last call.
+    void publish(int busy, std::size_t queued);
+    void count_decode(int busy);
+    void count_drafts(int decoded, int accepted);
+
+    Counter* prompt_tokens = nullptr;
+    Counter* prompt_tokens_cached = nullptr;
+    Counter* prompt_seconds = nullptr;
+    Counter* predicted_tokens = nullptr;
+    Counter* predicted_seconds = nullptr;
+    Counter* decodes = nullptr;
+    Counter* n_tokens_max = nullptr;  // a counter there too: raised to the largest sequence seen
+    Counter* draft_tokens = nullptr;
+    Counter* draft_accepted = nullptr;
+    Counter* drafts = nullptr;
+    Gauge* prompt_rate = nullptr;
+    Gauge* predicted_rate = nullptr;
+    Gauge* processing = nullptr;
+    Gauge* deferred = nullptr;
+    Gauge* busy_per_decode = nullptr;
+
+  private:
+    int published_busy_ = 0;
+    std::size_t published_queued_ = 0;
+    double decodes_ = 0;
+    double busy_sum_ = 0;
+};
+
 struct EngineMetrics {
     // Registers every family in `registry` with `labels` added to each series.
     static Result<EngineMetrics> create(std::shared_ptr<MetricsRegistry> registry,
@@ -46,6 +83,7 @@ struct EngineMetrics {
     Histogram* end_to_end = nullptr;
     Histogram* queue_wait = nullptr;
     Histogram* batch_size = nullptr;
+    LlamaServerMetrics llama_server;
 };
 
 }  // namespace llamapp::detail

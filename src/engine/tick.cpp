@@ -93,6 +93,7 @@ void EngineCore::process_rows(std::size_t begin, std::size_t end) {
     }
     auto ok = state_.decode(batch_.batch, owner_token, deadline, &stop_decoding_);
     metrics_.decode_calls->inc();
+    metrics_.llama_server.count_decode(busy_slots_.load(std::memory_order_relaxed));
     if (ok) {
         metrics_.decoded_tokens->inc(n);
         metrics_.batch_size->observe(n);
@@ -237,6 +238,7 @@ bool EngineCore::accept_drafts(Slot& s, std::size_t lead, bool finished) {
         static_cast<void>(state_.sequences.trim(s.seq, s.cached.size()));
     metrics_.draft_tokens->inc(decoded);
     metrics_.draft_accepted->inc(accepted);
+    metrics_.llama_server.count_drafts(decoded, accepted);
     r.draft_tokens += decoded;
     r.draft_accepted += accepted;
     const auto next = Scheduler::after_drafts(decoded, accepted, {r.draft_wait, r.draft_backoff});

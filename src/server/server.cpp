@@ -281,7 +281,9 @@ void ServerState::register_routes() {
     http.Get("/health/live",
              [](Req, Res res) { res.set_content(R"({"status":"ok"})", "application/json"); });
     http.Get("/v1/models", [this](Req, Res res) { list_models(res); });
-    http.Get("/metrics", [this](Req, Res res) {
+    // llama-server's clients read the process start from a header of /metrics.
+    http.Get("/metrics", [this, started = unix_now()](Req, Res res) {
+        res.set_header("Process-Start-Time-Unix", std::to_string(started));
         std::string text = models.metrics().prometheus_text();
         if (store && &store->metrics() != &models.metrics())
             text += store->metrics().prometheus_text();

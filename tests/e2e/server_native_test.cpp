@@ -10,6 +10,7 @@
 #include "support/command.hpp"
 #include "support/http_helpers.hpp"
 #include "support/paths.hpp"
+#include "support/prometheus.hpp"
 #include "support/server_process.hpp"
 
 namespace {
@@ -201,3 +202,38 @@ TEST(NativeRoutesOff, NoSlotsIs501AndATakenPortIsRefused) {
 }
 
 }  // namespace
+
+// llama-server's metric names, for the dashboards built on it: its counters add up to what the
+// replies' timings say, cached prompt tokens apart.
+TEST_F(NativeRoutes, MetricsUnderLlamaServersNamesAddUpToTheTimings) {
+    auto c = server_->client();
+    const auto before = c.Get("/metrics");
+    ASSERT_TRUE(before);
+    EXPECT_TRUE(before->has_header("Process-Start-Time-Unix"));
+    auto value = [](const std::string& text, const std::string& name) {
+        return prometheus_value(text, name).value_or(-1);
+    };
+    for (const char* name : {"llamacpp:prompt_tokens_total", "llamacpp:n_decode_total",
+                             "llamacpp:requests_processing", "llamacpp:n_busy_slots_per_decode",
+                             "llamacpp:spec_decode_num_drafts_total"})
+        EXPECT_GE(value(before->body, name), 0) << name;
+    int computed = 0, cached = 0, predicted = 0;
+    for (int n : {4, 8}) {
+        const json r = post("/completion", {{"prompt", "The quick brown fox jumps over the lazy dog"},
+                                            {"n_predict", n}});
+        computed += r["timings"]["prompt_n"].get<int>();
+        cached += r["timings"]["cache_n"].get<int>();
+        predicted += r["timings"]["predicted_n"].get<int>();
+    }
+    EXPECT_GT(cached, 0);  // the second reused the first's prompt
+    const std::string after = get_text(c, "/metrics");
+    auto delta = [&](const char* name) { return value(after, name) - value(before->body, name); };
+    EXPECT_EQ(delta("llamacpp:prompt_tokens_total"), computed);
+    EXPECT_EQ(delta("llamacpp:prompt_tokens_cached_total"), cached);
+    EXPECT_EQ(delta("llamacpp:tokens_predicted_total"), predicted);
+    EXPECT_GT(delta("llamacpp:n_decode_total"), 0);
+    EXPECT_EQ(value(after, "llamacpp:requests_processing"), 0);
+    EXPECT_EQ(value(after, "llamacpp:requests_deferred"), 0);
+    EXPECT_GT(value(after, "llamacpp:prompt_tokens_seconds"), 0);
+    EXPECT_NE(after.find("# TYPE llamacpp:n_tokens_max counter"), std::string::npos);
+}
