@@ -38,25 +38,19 @@ if ! cmp -s "$sdk/package-lock.json" "$sdk/node_modules/.installed-from-lock" 2>
 fi
 build=${LLAMAPP_BUILD_DIR:-$root/build}
 cd "$build"
-# The regular expressions of a test list, joined for ctest; each must match a test.
-test_list() {
-  local patterns=() line
+# ThreadSanitizer runs the concurrency tests listed in tests/tsan-tests.txt, unless told which.
+if [ "$sanitize" = thread ] && [ ${#ctest_args[@]} -eq 0 ]; then
+  patterns=()
   while IFS= read -r line; do
     [[ -z "$line" || "$line" == \#* ]] && continue
     # grep reads all of it: with -q it would stop early and pipefail would see ctest's SIGPIPE.
     if ! ctest -N -R "$line" | grep "Test *#" >/dev/null; then
-      echo "tests/$1: '$line' matches no test" >&2
+      echo "tests/tsan-tests.txt: '$line' matches no test" >&2
       exit 1
     fi
     patterns+=("$line")
-  done <"$root/tests/$1"
-  (IFS='|'; echo "${patterns[*]}")
-}
-# Unless told which: ThreadSanitizer runs the concurrency tests of tests/tsan-tests.txt, and
-# AddressSanitizer all but those of tests/asan-skip.txt.
-if [ ${#ctest_args[@]} -eq 0 ]; then
-  if [ "$sanitize" = thread ]; then ctest_args=(-R "$(test_list tsan-tests.txt)"); fi
-  if [ "$sanitize" = address ]; then ctest_args=(-E "$(test_list asan-skip.txt)"); fi
+  done <"$root/tests/tsan-tests.txt"
+  ctest_args=(-R "$(IFS='|'; echo "${patterns[*]}")")
 fi
 # One test at a time: every test decodes with all cores, and ggml's thread pool spins at its
 # barriers, so two tests side by side on a small machine slow each other down about tenfold.
