@@ -62,6 +62,9 @@ void add_model_flags(CLI::App& cmd, ServeFlags& flags) {
                      "stays in the content (deepseek-legacy, both at once, is not supported)")
         ->check(CLI::IsMember({"none", "deepseek", "auto"}))
         ->capture_default_str();
+    add_llama_switch(cmd, "--prefill-assistant", flags.prefill_assistant,
+                     "continue a chat's last message when it is the assistant's (default; "
+                     "--no-prefill-assistant: answer it with a turn of its own)");
     add_llama_switch(cmd, "--kv-unified", flags.kv_unified,
                      "slots share one KV cache, and a request may use all of -c (default; "
                      "--no-kv-unified gives each slot -c / --parallel, as llama-server does "
@@ -107,6 +110,7 @@ Result<ModelSpec> model_defaults(const ServeFlags& flags) {
     s.defaults.max_tokens = flags.n_predict < 0 ? -1 : flags.n_predict;
     if (flags.reasoning != "auto") s.defaults.enable_thinking = flags.reasoning == "on";
     s.defaults.split_reasoning = flags.reasoning_format != "none";
+    s.defaults.prefill_assistant = flags.prefill_assistant;
     if (flags.n_predict == 0)
         return fail(ErrorCode::invalid_argument, "must be -1 or at least 1", "--n-predict");
     if (flags.embeddings) s.embed = true;
@@ -257,6 +261,7 @@ Result<ServerOptions> server_options(const ServeFlags& flags) {
     if (flags.responses_ttl_s < 1)
         return fail(ErrorCode::invalid_argument, "must be positive", "--responses-ttl");
     options.stored_response_ttl = std::chrono::seconds(flags.responses_ttl_s);
+    options.verbose_replies = flags.common.verbose;
     if (!flags.slot_save_path.empty()) {
         std::error_code ec;
         std::filesystem::create_directories(flags.slot_save_path, ec);

@@ -33,6 +33,7 @@ struct ServeFlags {
     bool jinja = true;
     std::string reasoning = "auto";         // on, off or auto
     std::string reasoning_format = "auto";  // none, deepseek or auto
+    bool prefill_assistant = true;
     std::string pooling;
     std::vector<std::string> aliases;  // of the first -m model: its id, then further names
     std::vector<std::string> tags;

@@ -42,8 +42,14 @@ enum class ToolChoice {
     required,   // the reply is one or more tool calls
 };
 
+// Whether the reply continues the last message, an assistant's prefill, instead of starting a
+// turn of its own (llama.cpp's continue_final_message): its content, its reasoning, or whichever
+// it has (the reasoning when it has no content).
+enum class ChatContinuation { none, automatic, reasoning, content };
+
 struct ChatRenderOptions {
-    bool add_generation_prompt = true;
+    bool add_generation_prompt = true;  // must be false when continuing
+    ChatContinuation continue_final_message = ChatContinuation::none;
     bool enable_thinking = true;
     // The reply's thinking parsed out into reasoning_content; false leaves it in the content
     // (llama-server's --reasoning-format none).

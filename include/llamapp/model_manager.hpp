@@ -41,6 +41,9 @@ struct RequestDefaults {
     // the template's own default.
     std::optional<bool> enable_thinking;
     bool split_reasoning = true;  // llama-server's --reasoning-format: deepseek (true) or none
+    // Chat: a last message from the assistant is continued, not answered (llama-server's
+    // --prefill-assistant); a request's continue_final_message says so explicitly.
+    bool prefill_assistant = true;
 };
 
 struct ModelSpec {

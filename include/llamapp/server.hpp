@@ -21,6 +21,9 @@ struct ServerOptions {
     std::vector<std::string> api_keys;      // any of them is accepted; none = no authentication
     std::vector<std::string> cors_origins;  // empty = no CORS headers; "*" = any origin
     bool slots_route = true;                // GET /slots (llama-server's --slots)
+    // Replies carry llama-server's "__verbose" debug object unless a request says otherwise
+    // (its --verbose).
+    bool verbose_replies = false;
     // POST /slots/{id}?action=save|restore|erase (llama-server's --slot-save-path): the state
     // goes into the KV store as an entry like any other, and a small file here names it. Empty:
     // the actions are refused.

@@ -166,6 +166,19 @@ Result<common_chat_params> apply_common(const detail::ChatTemplateState& s,
     common_chat_templates_inputs inputs;
     inputs.messages = std::move(msgs);
     inputs.add_generation_prompt = options.add_generation_prompt;
+    switch (options.continue_final_message) {
+        case ChatContinuation::none:
+            break;
+        case ChatContinuation::automatic:
+            inputs.continue_final_message = COMMON_CHAT_CONTINUATION_AUTO;
+            break;
+        case ChatContinuation::reasoning:
+            inputs.continue_final_message = COMMON_CHAT_CONTINUATION_REASONING;
+            break;
+        case ChatContinuation::content:
+            inputs.continue_final_message = COMMON_CHAT_CONTINUATION_CONTENT;
+            break;
+    }
     inputs.enable_thinking = options.enable_thinking;
     for (const auto& t : options.tools) {
         if (only_tool.empty() || t.name == only_tool)

@@ -6,6 +6,7 @@
 
 #include "core/log_internal.hpp"
 #include "llamapp/backend.hpp"
+#include "server/native_reply.hpp"
 #include "server/server_state.hpp"
 
 namespace llamapp::detail {
@@ -123,7 +124,7 @@ json completion_logprobs(const std::vector<TokenLogprobs>& all) {
 class OpenAiReply : public StreamFormat {
   public:
     OpenAiReply(std::string id, std::string model, bool chat, bool logprobs, bool include_usage,
-                const ChatPrompt& prompt)
+                const ChatPrompt& prompt, std::optional<VerboseReply> verbose)
         : id_(std::move(id)),
           model_(std::move(model)),
           created_(unix_now()),
@@ -131,10 +132,12 @@ class OpenAiReply : public StreamFormat {
           logprobs_(logprobs),
           include_usage_(include_usage),
           prompt_(prompt),
-          parser_(prompt) {}
+          parser_(prompt),
+          verbose_(std::move(verbose)) {}
 
     // The complete response body.
-    json whole(const Generation& gen) const {
+    json whole(const Completion& done) const {
+        const Generation& gen = done.generation;
         json out = envelope(chat_ ? "chat.completion" : "text_completion");
         json choice = {{"index", 0}, {"finish_reason", finish_name(gen.finish_reason)}};
         if (chat_) {
@@ -148,6 +151,8 @@ class OpenAiReply : public StreamFormat {
         choice["logprobs"] = logprobs_ ? logprobs_json(gen.logprobs) : json(nullptr);
         out["choices"] = json::array({choice});
         out["usage"] = usage_json(gen);
+        if (verbose_)
+            out["__verbose"] = native_final_json(done, verbose_->options, verbose_->context);
         return out;
     }
 
@@ -176,8 +181,11 @@ class OpenAiReply : public StreamFormat {
                 out += sse_data(chunk(delta_json(d), nullptr, nullptr));
             tool_calls = !parser_.message().tool_calls.empty();
         }
-        out += sse_data(chunk(chat_ ? json::object() : json(""),
-                              finish_name(gen.finish_reason, tool_calls), nullptr));
+        json finish = chunk(chat_ ? json::object() : json(""),
+                            finish_name(gen.finish_reason, tool_calls), nullptr);
+        if (verbose_)
+            finish["__verbose"] = native_final_json(done, verbose_->options, verbose_->context);
+        out += sse_data(finish);
         if (include_usage_) {
             json u = envelope(chat_ ? "chat.completion.chunk" : "text_completion");
             u["choices"] = json::array();
@@ -222,12 +230,19 @@ class OpenAiReply : public StreamFormat {
     bool include_usage_ = false;
     ChatPrompt prompt_;        // chat: how to parse the reply
     ChatStreamParser parser_;  // chat, streamed
+    std::optional<VerboseReply> verbose_;
     bool started_ = false;
 };
 
 // The request field an error from submitting names: the prompt for a prompt too long; for chat
 // the field when the error does (messages[2].role, tools[0].name), tools for a grammar or schema
 // that cannot be combined with tools, messages for a template that fails; else its context.
+// The tokens a text prompt was submitted as, for the verbose object (the engine tokenized it).
+std::vector<Token> tokens_of(const Tokenizer& tokenizer, const std::string& text) {
+    auto tokens = tokenizer.encode(text);
+    return tokens ? std::move(*tokens) : std::vector<Token>{};
+}
+
 std::string error_param(const Error& e, bool chat) {
     if (e.code == ErrorCode::context_overflow) return chat ? "messages" : "prompt";
     if (!chat) return {};
@@ -286,15 +301,29 @@ void ServerState::generate(const httplib::Request& req, httplib::Response& res, 
     const RequestDefaults& defaults = served.lease.defaults();
     GenerationRequest g = chat ? parse_chat(body, served.limits, defaults)
                                : parse_completion(body, served.limits, defaults);
+    std::optional<VerboseReply> verbose;
+    if (g.verbose.value_or(options.verbose_replies))
+        verbose = VerboseReply{
+            g.engine.options, {.model = served.lease.id(), .n_ctx = served.lease.engine().n_ctx()}};
+    const Tokenizer tokenizer = served.lease.model().tokenizer();
+    std::vector<Token> prompt;  // a completion's, for the verbose object
+    if (verbose && !chat)
+        prompt = g.prompt_text.empty() ? g.engine.prompt : tokens_of(tokenizer, g.prompt_text);
     ChatSubmission submitted = submit(served, g, chat);
+    if (verbose) {
+        if (chat) prompt = submitted.prompt.tokens;
+        verbose->context.prompt_text = detokenized(tokenizer, prompt);
+        verbose->context.prompt_tokens = static_cast<int>(prompt.size());
+    }
     const std::string id =
         fmt::format("{}-{}", chat ? "chatcmpl" : "cmpl", next_id.fetch_add(1) + 1);
-    auto reply = std::make_unique<OpenAiReply>(id, served.lease.id(), chat, g.logprobs,
-                                               g.include_usage, submitted.prompt);
+    auto reply =
+        std::make_unique<OpenAiReply>(id, served.lease.id(), chat, g.logprobs, g.include_usage,
+                                      submitted.prompt, std::move(verbose));
     res.set_header("X-Request-Id", id);
     if (!g.stream) {
         const Completion done = await_whole(req, submitted.handle);
-        res.set_content(dump(reply->whole(done.generation)), "application/json");
+        res.set_content(dump(reply->whole(done)), "application/json");
         return;
     }
     stream_reply(req, res, std::move(served.lease), std::move(submitted.handle), std::move(counted),

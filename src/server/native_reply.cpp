@@ -120,6 +120,11 @@ json generation_settings_json(const GenerateOptions& o, bool stream) {
             {"json_schema", s.json_schema.empty() ? json(nullptr) : json::parse(s.json_schema)}};
 }
 
+std::string detokenized(const Tokenizer& tokenizer, const std::vector<Token>& tokens) {
+    auto text = tokenizer.decode(tokens, /*render_special=*/true);
+    return text ? *text : std::string();
+}
+
 json native_final_json(const Completion& done, const GenerateOptions& options,
                        const NativeReplyContext& c) {
     const Generation& g = done.generation;

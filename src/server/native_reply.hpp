@@ -22,6 +22,16 @@ struct NativeReplyContext {
     std::size_t index = 0;       // of the prompt, when a request has several
 };
 
+// A prompt as llama-server shows it: detokenized with its special tokens.
+std::string detokenized(const Tokenizer& tokenizer, const std::vector<Token>& tokens);
+
+// llama-server's "__verbose" debug object (a request's `verbose`, or --verbose): the native final
+// object of the reply, beside the protocol's own fields.
+struct VerboseReply {
+    GenerateOptions options;
+    NativeReplyContext context;
+};
+
 // generation_settings: the sampling and limits a request ran with.
 nlohmann::json generation_settings_json(const GenerateOptions& options, bool stream);
 

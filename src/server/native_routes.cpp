@@ -92,11 +92,6 @@ NativeRequest parse_native(const json& body, const ServedModel& m) {
     return r;
 }
 
-std::string detokenized(const Tokenizer& tokenizer, const std::vector<Token>& tokens) {
-    auto text = tokenizer.decode(tokens, /*render_special=*/true);
-    return text ? *text : std::string();
-}
-
 // llama-server's native stream: one object per piece, then the final object; no [DONE].
 class NativeStreamFormat : public StreamFormat {
   public:

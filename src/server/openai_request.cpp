@@ -279,6 +279,7 @@ void parse_common(const json& body, const RequestLimits& limits, const RequestDe
     parse_response_format(body, s);
     if (const json* v = optional_field(body, "session"))
         out.engine.session = string_field(*v, "session");
+    if (const json* v = optional_field(body, "verbose")) out.verbose = bool_field(*v, "verbose");
     // llama-server's slot pinning; the engine checks the slot exists.
     if (const json* v = optional_field(body, "id_slot"))
         out.engine.slot =
@@ -382,7 +383,10 @@ std::vector<ToolCall> message_tool_calls(const json& calls, const std::string& w
     return out;
 }
 
-std::string message_content(const json& content, const std::string& name) {
+// Text parts on lines of their own, as llama-server joins them (`delimiter`: llama.cpp renders a
+// continued message's parts a blank line apart).
+std::string message_content(const json& content, const std::string& name,
+                            const char* delimiter = "\n") {
     if (content.is_string()) return content.get<std::string>();
     if (!content.is_array())
         reject_field(name, "content must be a string or an array of text parts", "invalid_type");
@@ -394,7 +398,7 @@ std::string message_content(const json& content, const std::string& name) {
             reject_field(name, "only text content parts are supported");
         const json* t = optional_field(part, "text");
         if (!t) reject_field(name, "a text part needs 'text'");
-        if (!text.empty()) text += '\n';  // parts on lines of their own, as llama-server joins them
+        if (!text.empty()) text += delimiter;
         text += string_field(*t, name + ".text");
     }
     return text;
@@ -504,6 +508,40 @@ GenerationRequest parse_completion(const json& body, const RequestLimits& limits
     return out;
 }
 
+// continue_final_message (vLLM's and transformers' name), or llama-server's prefill: a last
+// message from the assistant is continued rather than answered.
+void parse_continuation(const json& body, const json& last, bool prefill, GenerationRequest& out) {
+    ChatRenderOptions& r = out.render;
+    if (const json* v = optional_field(body, "continue_final_message")) {
+        if (v->is_boolean()) {
+            if (v->get<bool>()) r.continue_final_message = ChatContinuation::automatic;
+        } else if (v->is_string() && v->get<std::string>() == "content") {
+            r.continue_final_message = ChatContinuation::content;
+        } else if (v->is_string() && v->get<std::string>() == "reasoning_content") {
+            r.continue_final_message = ChatContinuation::reasoning;
+        } else {
+            reject_field("continue_final_message",
+                         "must be a boolean, \"content\" or \"reasoning_content\"");
+        }
+        if (r.continue_final_message != ChatContinuation::none && r.add_generation_prompt)
+            reject_field(
+                "continue_final_message",
+                "Cannot set both add_generation_prompt and continue_final_message to true.");
+    } else if (prefill && out.messages.back().role == "assistant") {
+        r.continue_final_message = ChatContinuation::automatic;
+        r.add_generation_prompt = false;
+    }
+    if (r.continue_final_message == ChatContinuation::none) return;
+    ChatMessage& continued = out.messages.back();
+    if (continued.role != "assistant")
+        reject_field("continue_final_message", "the last message must be the assistant's");
+    if (!continued.tool_calls.empty())
+        reject_field("continue_final_message",
+                     "Cannot continue an assistant message that contains tool calls.");
+    if (const json* content = optional_field(last, "content"); content && content->is_array())
+        continued.content = message_content(*content, "messages.content", "\n\n");
+}
+
 GenerationRequest parse_chat(const json& body, const RequestLimits& limits,
                              const RequestDefaults& defaults) {
     GenerationRequest out;
@@ -550,9 +588,7 @@ GenerationRequest parse_chat(const json& body, const RequestLimits& limits,
                      "Cannot have 2 or more assistant messages at the end of the list.");
     if (const json* v = optional_field(body, "add_generation_prompt"))
         out.render.add_generation_prompt = bool_field(*v, "add_generation_prompt");
-    if (const json* v = optional_field(body, "continue_final_message");
-        v && bool_field(*v, "continue_final_message"))
-        reject_field("continue_final_message", "continuing the final message is not supported yet");
+    parse_continuation(body, messages->back(), defaults.prefill_assistant, out);
     parse_tools(body, out.render);
     if (const json* v = optional_field(body, "reasoning_effort"))
         apply_reasoning_effort(*v, "reasoning_effort", out);

@@ -36,6 +36,7 @@ struct GenerationRequest {
     // /v1/chat/completions
     std::vector<ChatMessage> messages;
     ChatRenderOptions render;  // tools and tool_choice
+    std::optional<bool> verbose;  // llama-server's __verbose object; unset: the server's default
 };
 
 // Parses the body text; invalid JSON is a 400 like any other bad field.

@@ -145,6 +145,60 @@ TEST(LlamaServerFlags, TheReasoningBudgetClosesTheThinking) {
     EXPECT_EQ(unlimited["content"], "") << unlimited;
 }
 
+// A last assistant message is continued (llama-server's prefill, vLLM's continue_final_message),
+// and --verbose adds llama-server's __verbose object, which shows the prompt.
+TEST(LlamaServerFlags, AnAssistantPrefillIsContinuedAndVerboseShowsThePrompt) {
+    const std::vector<std::string> args = {
+        "-m", shared_model("stories260K.gguf").string(), "-c", "512", "-t", "2", "-np", "1",
+        "--temp", "0", "--chat-template-file",
+        llama_source("models/templates/meta-llama-Llama-3.1-8B-Instruct.jinja").string()};
+    ServerProcess server(args);
+    auto c = server.client();
+    const std::string turn =
+        "<|start_header_id|>user<|end_header_id|>\n\nWhat is the best book<|eot_id|>"
+        "<|start_header_id|>assistant<|end_header_id|>\n\n";
+    auto ask = [&](const json& last, json extra = json::object()) {
+        json body = {{"max_tokens", 4},
+                     {"messages",
+                      {{{"role", "system"}, {"content", "Book"}},
+                       {{"role", "user"}, {"content", "What is the best book"}}}}};
+        if (!last.is_null()) body["messages"].push_back({{"role", "assistant"}, {"content", last}});
+        body["verbose"] = true;
+        body.update(extra);
+        return c.Post("/v1/chat/completions", body.dump(), "application/json");
+    };
+    auto prompt_of = [](const httplib::Result& r) {
+        EXPECT_TRUE(r && r->status == 200) << (r ? r->body : "no response");
+        const json j = json::parse(r ? r->body : "{}", nullptr, false);
+        return j["__verbose"].value("prompt", std::string("(no __verbose)"));
+    };
+    EXPECT_TRUE(prompt_of(ask(nullptr)).ends_with(turn));
+    EXPECT_TRUE(prompt_of(ask("Whill")).ends_with(turn + "Whill"));
+    const json parts = {{{"type", "text"}, {"text", "Wh"}}, {{"type", "text"}, {"text", "ill"}}};
+    EXPECT_TRUE(prompt_of(ask(parts)).ends_with(turn + "Wh\n\nill"));
+    EXPECT_TRUE(prompt_of(ask("Whill", {{"add_generation_prompt", false},
+                                        {"continue_final_message", true}}))
+                    .ends_with(turn + "Whill"));
+    const auto quiet = ask(nullptr, {{"verbose", false}});
+    ASSERT_TRUE(quiet);
+    EXPECT_FALSE(json::parse(quiet->body).contains("__verbose"));
+    {
+        // --verbose: every reply has it (the server then logs at debug level too).
+        std::vector<std::string> verbose_args = args;
+        verbose_args.push_back("--verbose");
+        ServerProcess verbose(verbose_args);
+        auto v = verbose.client();
+        const auto r = v.Post("/v1/chat/completions", chat_body(2).dump(), "application/json");
+        ASSERT_TRUE(r);
+        EXPECT_TRUE(json::parse(r->body).contains("__verbose")) << r->body;
+    }
+    expect_error_shape(ask("Whill", {{"continue_final_message", true}}), 400,
+                       "continue_final_message with add_generation_prompt");
+    expect_error_shape(ask("Whill", {{"add_generation_prompt", false},
+                                     {"continue_final_message", "everything"}}),
+                       400, "an unknown continuation");
+}
+
 TEST(LlamaServerFlags, WhatLlamappCannotHonourIsRefusedByName) {
     const std::string serve = binary("llamapp").string() + " serve --port 0 ";
     const std::vector<std::pair<std::string, std::string>> cases = {
