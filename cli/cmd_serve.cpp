@@ -4,7 +4,9 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include <charconv>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <sstream>
 #include <thread>
@@ -246,6 +248,32 @@ Result<std::vector<std::string>> api_keys(const ServeFlags& flags) {
     return keys;
 }
 
+// Google Vertex AI starts a serving container with AIP_MODE=PREDICTION and says where to listen
+// and which paths to serve in AIP_* variables, as llama-server reads them.
+Result<void> apply_vertex_ai(ServerOptions& options) {
+    auto env = [](const char* name) {
+        const char* v = std::getenv(name);
+        return std::string(v ? v : "");
+    };
+    auto route = [](std::string path) {
+        return path.empty() || path[0] == '/' ? path : "/" + path;
+    };
+    if (env("AIP_MODE") != "PREDICTION") return {};
+    options.predict_route =
+        env("AIP_PREDICT_ROUTE").empty() ? "/predict" : route(env("AIP_PREDICT_ROUTE"));
+    options.health_route = route(env("AIP_HEALTH_ROUTE"));
+    const std::string port = env("AIP_HTTP_PORT").empty() ? "8080" : env("AIP_HTTP_PORT");
+    int value = -1;
+    const auto [end, ec] = std::from_chars(port.data(), port.data() + port.size(), value);
+    if (ec != std::errc{} || end != port.data() + port.size() || value < 1 || value > 65535)
+        return fail(ErrorCode::invalid_argument, "a port number 1-65535", "AIP_HTTP_PORT=" + port);
+    if (value != options.port)
+        std::fprintf(stderr, "llamapp: Vertex AI: AIP_HTTP_PORT %d overrides --port %d\n", value,
+                     options.port);
+    options.port = value;
+    return {};
+}
+
 Result<ServerOptions> server_options(const ServeFlags& flags) {
     if (auto ok = check_honoured(flags); !ok) return std::unexpected(ok.error());
     ServerOptions options = flags.server;
@@ -270,6 +298,7 @@ Result<ServerOptions> server_options(const ServeFlags& flags) {
                         "--slot-save-path=" + flags.slot_save_path);
         options.slot_save_path = flags.slot_save_path;
     }
+    if (auto ok = apply_vertex_ai(options); !ok) return std::unexpected(ok.error());
     return options;
 }
 

@@ -114,6 +114,9 @@ struct EngineRequest {
     // Reuse is a read of another caller's KV: a request reuses or copies only what requests of
     // the same scope left behind, and finds sessions only within it (set it per tenant).
     std::string cache_scope;
+    // Attach Progress to every piece and send progress events while the prompt is computed
+    // (llama-server's return_progress and timings_per_token).
+    bool report_progress = false;
 };
 
 struct SessionInfo {
@@ -215,7 +218,8 @@ class Engine {
     const ReuseModes& reuse_modes() const;
     EngineStats stats() const;
     MetricsRegistry& metrics() const;
-    int n_ctx() const;  // tokens one sequence may hold
+    int n_ctx() const;    // tokens one sequence may hold
+    int n_batch() const;  // tokens one decode call takes
 
   private:
     explicit Engine(std::unique_ptr<detail::EngineCore> core);

@@ -38,11 +38,27 @@ struct Completion {
     int draft_accepted = 0;
 };
 
-// One event of a request: a piece of its reply, or, last of all, its completion.
+// A running request's counts and times so far (EngineRequest::report_progress).
+struct Progress {
+    int prompt_tokens = 0;     // the whole prompt
+    int cached_tokens = 0;     // of which reused, not computed
+    int processed_tokens = 0;  // of which in the KV cache so far, the reused ones included
+    int completion_tokens = 0;
+    double prompt_ms = 0;  // computing the prompt, so far (0 before its first decode)
+    double decode_ms = 0;  // since the first sampled token
+};
+
+// One event of a request: a piece of its reply, or, last of all, its completion. A request
+// that asked for progress also gets events of progress alone while its prompt is computed:
+// one before the first decode and one after each chunk of the prompt.
 struct EngineEvent {
-    StreamPiece piece;                     // while not final
+    StreamPiece piece;                     // while not final; empty on a progress event
+    std::optional<Progress> progress;      // report_progress: on every event but the final one
     std::optional<Completion> completion;  // set on the final event only
     bool final() const { return completion.has_value(); }
+    bool prompt_progress() const {
+        return progress && !completion && piece.token == no_token && piece.text.empty();
+    }
 };
 
 namespace detail {

@@ -43,6 +43,11 @@ struct ServerOptions {
     std::size_t max_stored_responses = 1024;
     std::size_t max_stored_response_bytes = std::size_t{64} << 20;
     std::chrono::seconds stored_response_ttl{3600};
+    // Google Vertex AI's prediction protocol (its AIP_MODE=PREDICTION): POST on this path takes
+    // {"instances": [...]}, each naming a POST route by "@requestFormat" ("chatCompletions" or
+    // "/v1/chat/completions"), and answers {"predictions": [...]}. Empty: not served.
+    std::string predict_route;
+    std::string health_route;  // Vertex AI's AIP_HEALTH_ROUTE: one more path for GET /health
 };
 
 namespace detail {

@@ -24,6 +24,18 @@ struct TokenizeOptions {
     bool parse_special = false;  // treat text like "<|im_end|>" as control tokens (off: plain text)
 };
 
+// A code model's fill-in-the-middle markers (no_token where the vocabulary has none).
+struct InfillTokens {
+    Token prefix = no_token;
+    Token suffix = no_token;
+    Token middle = no_token;
+    Token repository = no_token;  // repository-level context: the project's name follows
+    Token separator = no_token;   // before each file of that context
+    bool available() const {
+        return prefix != no_token && suffix != no_token && middle != no_token;
+    }
+};
+
 // Cheap to copy; keeps the model alive. Thread-safe.
 class Tokenizer {
   public:
@@ -42,6 +54,9 @@ class Tokenizer {
     bool is_valid(Token token) const { return token >= 0 && token < vocab_size(); }
     bool is_end_of_generation(Token token) const;
     bool is_control(Token token) const;
+    InfillTokens infill_tokens() const;
+    // The BOS token encode() puts first with add_special (no_token when the model adds none).
+    Token added_bos() const;
 
   private:
     std::shared_ptr<const detail::ModelState> model_;

@@ -79,4 +79,16 @@ bool Tokenizer::is_control(Token token) const {
     return is_valid(token) && llama_vocab_is_control(model_->vocab, token);
 }
 
+static_assert(no_token == LLAMA_TOKEN_NULL);
+
+InfillTokens Tokenizer::infill_tokens() const {
+    const llama_vocab* v = model_->vocab;
+    return {llama_vocab_fim_pre(v), llama_vocab_fim_suf(v), llama_vocab_fim_mid(v),
+            llama_vocab_fim_rep(v), llama_vocab_fim_sep(v)};
+}
+
+Token Tokenizer::added_bos() const {
+    return llama_vocab_get_add_bos(model_->vocab) ? llama_vocab_bos(model_->vocab) : no_token;
+}
+
 }  // namespace llamapp

@@ -166,6 +166,7 @@ void EngineCore::start_running(const Admission& admission, std::unique_ptr<Pendi
     e.stage = LifecycleStage::admitted;
     e.session = r->pending->request.session;
     notify(e);
+    emit_prompt_progress(*r);  // nothing computed yet: processed == cached
     slot.running = std::move(r);
 }
 

@@ -119,11 +119,8 @@ Result<std::unique_ptr<detail::Pending>> prepare(detail::EngineCore& s, EngineRe
     if (request.queue_timeout.count() < -1) {
         return fail(ErrorCode::invalid_argument, "queue_timeout must be >= -1", "queue_timeout");
     }
-    if (request.slot < -1 || request.slot >= s.n_slots())
-        return fail(
-            ErrorCode::invalid_argument,
-            fmt::format("slot {} does not exist (this engine has {})", request.slot, s.n_slots()),
-            "slot");
+    if (request.slot != -1)
+        if (auto ok = s.check_slot(request.slot); !ok) return std::unexpected(ok.error());
     if (request.slot >= 0 && !request.session.empty())
         return fail(ErrorCode::invalid_argument,
                     "a request names a slot or a session, not both: a session has its own slot",
@@ -300,6 +297,10 @@ MetricsRegistry& Engine::metrics() const {
 }
 int Engine::n_ctx() const {
     return core_->n_ctx_seq();
+}
+
+int Engine::n_batch() const {
+    return core_->n_batch();
 }
 
 }  // namespace llamapp

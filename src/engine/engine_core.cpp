@@ -293,7 +293,33 @@ void EngineCore::publish_gauges() {
 void EngineCore::emit(Running& running, StreamPiece piece) {
     EngineEvent event;
     event.piece = std::move(piece);
+    if (running.pending->request.report_progress) event.progress = progress_of(running);
     running.pending->channel->push(std::move(event));
+}
+
+void EngineCore::emit_prompt_progress(Running& running) {
+    if (!running.pending->request.report_progress) return;
+    EngineEvent event;
+    event.progress = progress_of(running);
+    running.pending->channel->push(std::move(event));
+}
+
+Progress EngineCore::progress_of(Running& r) const {
+    const Generation& g = r.reply().result();
+    Progress p;
+    p.prompt_tokens = static_cast<int>(r.prompt().size());
+    p.cached_tokens = r.cache.reused_tokens;
+    p.processed_tokens = static_cast<int>(r.next_prompt);
+    p.completion_tokens = g.usage.completion_tokens;
+    const auto first = r.reply().first_token_at();
+    const auto now = Clock::now();
+    if (first != Clock::time_point{}) {
+        p.prompt_ms = ms_between(r.admitted, first);
+        p.decode_ms = ms_between(first, now);
+    } else if (p.processed_tokens > p.cached_tokens) {
+        p.prompt_ms = ms_between(r.admitted, now);
+    }
+    return p;
 }
 
 void EngineCore::stop_running(Slot& slot, FinishReason reason, std::optional<Error> error) {

@@ -96,7 +96,15 @@ class EngineCore {
     const EngineOptions& options() const { return options_; }
     EngineMetrics& metrics() { return metrics_; }
     int n_ctx_seq() const { return n_ctx_seq_; }
+    int n_batch() const { return n_batch_; }
     int n_slots() const { return static_cast<int>(slots_.size()); }
+    // Any thread: invalid_argument unless `index` names one of the slots.
+    Result<void> check_slot(int index) const {
+        if (index >= 0 && index < n_slots()) return {};
+        return fail(ErrorCode::invalid_argument,
+                    fmt::format("slot {} does not exist (this engine has {})", index, n_slots()),
+                    "slot");
+    }
     std::shared_ptr<Inbox> inbox() const { return inbox_; }
     std::uint64_t next_id() { return ++last_id_; }
     void notify(const LifecycleEvent& event) const;
@@ -171,6 +179,9 @@ class EngineCore {
     void save_prefill_boundaries();
 
     void emit(Running& running, StreamPiece piece);
+    // EngineRequest::report_progress: a progress event of its own (the prompt so far).
+    void emit_prompt_progress(Running& running);
+    Progress progress_of(Running& running) const;
     // How a request ends. A running one the engine stops (cancelled, past its deadline, failed)
     // ends its reply with `reason` and is concluded; one whose reply ended by itself (stop,
     // length) is concluded at once. Concluding frees the slot and sends the final event. A
@@ -241,11 +252,7 @@ Result<T> EngineCore::on_decode_thread(std::function<Result<T>()> work) {
 
 template <typename T>
 Result<T> EngineCore::on_idle_slot(int index, std::function<Result<T>(Slot&)> work) {
-    if (index < 0 || index >= static_cast<int>(slots_.size()))
-        return fail(
-            ErrorCode::invalid_argument,
-            fmt::format("slot {} does not exist (this engine has {})", index, slots_.size()),
-            "slot");
+    if (auto ok = check_slot(index); !ok) return std::unexpected(ok.error());
     auto promise = std::make_shared<std::promise<Result<T>>>();
     auto result = promise->get_future();
     auto posted = on_decode_thread<void>([&]() -> Result<void> {

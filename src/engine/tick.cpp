@@ -181,10 +181,15 @@ void EngineCore::commit_rows(std::size_t begin, std::size_t end) {
         Slot& s = slots_[static_cast<std::size_t>(row.slot)];
         Running& r = *s.running;
         s.cached.push_back(row.token);
-        if (row.decode)
+        if (row.decode) {
             r.to_decode = no_token;
-        else
+        } else {
             ++r.next_prompt;
+            // The end of this step's chunk of the prompt (the last prompt token has logits).
+            const bool chunk_end =
+                row.logits || i + 1 == end || rows_[i + 1].slot != row.slot || rows_[i + 1].decode;
+            if (chunk_end) emit_prompt_progress(r);
+        }
         if (!row.logits) continue;
         bool finished = sample(s, row.batch_index);
         if (row.drafts > 0) finished = accept_drafts(s, i, finished);

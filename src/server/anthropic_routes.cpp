@@ -50,7 +50,7 @@ class AnthropicStream : public StreamFormat {
           prompt_tokens_(static_cast<int>(prompt.tokens.size())),
           parser_(prompt) {}
 
-    std::string piece(const StreamPiece& piece) override {
+    std::string piece(const StreamPiece& piece, const std::optional<Progress>&) override {
         std::string out = start();
         if (!piece.text.empty()) out += blocks(parser_.push(piece.text));
         return out;
@@ -206,9 +206,8 @@ void ServerState::count_message_tokens(const httplib::Request& req, httplib::Res
 void ServerState::register_anthropic_routes() {
     using Req = const httplib::Request&;
     using Res = httplib::Response&;
-    http.Post("/v1/messages", [this](Req req, Res res) { anthropic_messages(req, res); });
-    http.Post("/v1/messages/count_tokens",
-              [this](Req req, Res res) { count_message_tokens(req, res); });
+    post("/v1/messages", [this](Req req, Res res) { anthropic_messages(req, res); });
+    post("/v1/messages/count_tokens", [this](Req req, Res res) { count_message_tokens(req, res); });
 }
 
 }  // namespace llamapp::detail

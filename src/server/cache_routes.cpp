@@ -44,23 +44,23 @@ void ServerState::register_cache_routes() {
     };
     http.Get("/cache",
              with_store([this](const httplib::Request&) { return stats_json(store->stats()); }));
-    http.Post("/cache/clear", with_store([this](const httplib::Request&) {
-                  return json{{"removed", store->clear()}};
-              }));
-    http.Post("/cache/prune", with_store([this](const httplib::Request& req) {
-                  const json body = parse_body(req.body);
-                  const json* v = optional_field(body, "unused_for_seconds");
-                  if (!v)
-                      throw HttpException{invalid("unused_for_seconds",
-                                                  "'unused_for_seconds' is required",
-                                                  "missing_required_parameter")};
-                  if (!v->is_number_unsigned())
-                      throw HttpException{invalid("unused_for_seconds",
-                                                  "'unused_for_seconds' must be an integer >= 0")};
-                  // Beyond a million years prunes nothing either way.
-                  const auto seconds = std::min<std::uint64_t>(v->get<std::uint64_t>(), 1ull << 45);
-                  return json{{"removed", store->prune(std::chrono::seconds{seconds})}};
-              }));
+    post("/cache/clear", with_store([this](const httplib::Request&) {
+             return json{{"removed", store->clear()}};
+         }));
+    post("/cache/prune", with_store([this](const httplib::Request& req) {
+             const json body = parse_body(req.body);
+             const json* v = optional_field(body, "unused_for_seconds");
+             if (!v)
+                 throw HttpException{invalid("unused_for_seconds",
+                                             "'unused_for_seconds' is required",
+                                             "missing_required_parameter")};
+             if (!v->is_number_unsigned())
+                 throw HttpException{
+                     invalid("unused_for_seconds", "'unused_for_seconds' must be an integer >= 0")};
+             // Beyond a million years prunes nothing either way.
+             const auto seconds = std::min<std::uint64_t>(v->get<std::uint64_t>(), 1ull << 45);
+             return json{{"removed", store->prune(std::chrono::seconds{seconds})}};
+         }));
 }
 
 }  // namespace llamapp::detail

@@ -139,11 +139,25 @@ json embeddings_json(std::vector<std::vector<float>> vectors, const EmbeddingFor
     return data;
 }
 
+// llama-server's embd_normalize: -1 none, 2 Euclidean (its default); the others are refused.
+Normalization normalization(const json& body) {
+    const json* v = optional_field(body, "embd_normalize");
+    if (!v) return Normalization::l2;
+    const long long n = integer_field(*v, "embd_normalize", -1, 2);
+    if (n == 0 || n == 1)
+        throw HttpException{invalid("embd_normalize", "only -1 (none) and 2 (Euclidean)")};
+    return n == -1 ? Normalization::none : Normalization::l2;
+}
+
 }  // namespace
 
-void ServerState::embeddings(const httplib::Request& req, httplib::Response& res) {
+void ServerState::embeddings(const httplib::Request& req, httplib::Response& res, bool native) {
     InFlight counted(*this);  // from the start: a drain that begins now waits for this request
-    const json body = parse_body(req.body);
+    json body = parse_body(req.body);
+    // llama-server's native route also reads the inputs from "content".
+    if (const json* content = optional_field(body, "content");
+        native && content && !body.contains("input"))
+        body["input"] = *content;
     const ServedModel m = serve(body, Need::embed);
     const ModelInfo& info = m.lease.model().info();
     const int n_embd = info.n_embd_out > 0 ? info.n_embd_out : info.n_embd;
@@ -153,13 +167,31 @@ void ServerState::embeddings(const httplib::Request& req, httplib::Response& res
     int prompt_tokens = 0;
     for (const auto& tokens : inputs) prompt_tokens += static_cast<int>(tokens.size());
     // On the embedder's own thread; this one only waits.
-    auto vectors = m.lease.embedder().embed(std::move(inputs));
+    auto vectors = m.lease.embedder().embed(std::move(inputs), {.normalize = normalization(body)});
     if (!vectors) throw HttpException{http_error(vectors.error(), "input")};
+    if (native) {  // [{"index": i, "embedding": [vector]}], as llama-server's /embedding answers
+        json out = json::array();
+        for (std::size_t i = 0; i < vectors->size(); ++i)
+            out.push_back({{"index", i}, {"embedding", json::array({std::move((*vectors)[i])})}});
+        res.set_content(dump(out), "application/json");
+        return;
+    }
     json out = {{"object", "list"},
                 {"data", embeddings_json(std::move(*vectors), format)},
                 {"model", m.lease.id()},
                 {"usage", {{"prompt_tokens", prompt_tokens}, {"total_tokens", prompt_tokens}}}};
     res.set_content(dump(out), "application/json");
+}
+
+void ServerState::rerank(const httplib::Request& req, httplib::Response&) {
+    const json body = parse_body(req.body);
+    const ServedModel m = serve(body, Need::tokens);
+    // A reranker's context pools by rank, which yields scores, not vectors; the model layer
+    // refuses such models, so no model served here can rank.
+    throw HttpException{protocol_error(
+        501, "not_supported_error",
+        fmt::format("model '{}' is not a reranking model, and llamapp cannot load one yet",
+                    m.lease.id()))};
 }
 
 }  // namespace llamapp::detail

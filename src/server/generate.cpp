@@ -3,6 +3,7 @@
 #include <fmt/core.h>
 
 #include <chrono>
+#include <span>
 
 #include "core/log_internal.hpp"
 #include "llamapp/backend.hpp"
@@ -70,11 +71,11 @@ json delta_json(const ChatDelta& d) {
     return delta;
 }
 
-json usage_json(const Generation& g) {
-    return {{"prompt_tokens", g.usage.prompt_tokens},
-            {"completion_tokens", g.usage.completion_tokens},
-            {"total_tokens", g.usage.prompt_tokens + g.usage.completion_tokens},
-            {"prompt_tokens_details", {{"cached_tokens", g.usage.cached_tokens}}}};
+json usage_json(const Usage& u) {
+    return {{"prompt_tokens", u.prompt_tokens},
+            {"completion_tokens", u.completion_tokens},
+            {"total_tokens", u.prompt_tokens + u.completion_tokens},
+            {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
 }
 
 json bytes_of(const std::string& s) {
@@ -123,49 +124,64 @@ json completion_logprobs(const std::vector<TokenLogprobs>& all) {
 // /v1/chat/completions: both shapes come from the same pieces (envelope, message, logprobs).
 class OpenAiReply : public StreamFormat {
   public:
-    OpenAiReply(std::string id, std::string model, bool chat, bool logprobs, bool include_usage,
+    OpenAiReply(std::string id, std::string model, bool chat, const GenerationRequest& g,
                 const ChatPrompt& prompt, std::optional<VerboseReply> verbose)
         : id_(std::move(id)),
           model_(std::move(model)),
           created_(unix_now()),
           chat_(chat),
-          logprobs_(logprobs),
-          include_usage_(include_usage),
+          logprobs_(g.logprobs),
+          include_usage_(g.include_usage),
+          telemetry_(g.telemetry),
           prompt_(prompt),
           parser_(prompt),
           verbose_(std::move(verbose)) {}
 
-    // The complete response body.
-    json whole(const Completion& done) const {
-        const Generation& gen = done.generation;
+    // The complete response body: one choice per completion (n), the prompt counted once.
+    json whole(std::span<const Completion> all) const {
+        const Completion& first = all.front();
         json out = envelope(chat_ ? "chat.completion" : "text_completion");
-        json choice = {{"index", 0}, {"finish_reason", finish_name(gen.finish_reason)}};
-        if (chat_) {
-            const ChatMessage parsed =
-                ChatTemplate::parse(gen.text, prompt_, gen.finish_reason == FinishReason::stop);
-            choice["finish_reason"] = finish_name(gen.finish_reason, !parsed.tool_calls.empty());
-            choice["message"] = message_json(parsed);
-        } else {
-            choice["text"] = gen.text;
+        json choices = json::array();
+        Usage usage = first.generation.usage;
+        usage.completion_tokens = 0;
+        for (std::size_t i = 0; i < all.size(); ++i) {
+            choices.push_back(choice(all[i].generation, i));
+            usage.completion_tokens += all[i].generation.usage.completion_tokens;
         }
-        choice["logprobs"] = logprobs_ ? logprobs_json(gen.logprobs) : json(nullptr);
-        out["choices"] = json::array({choice});
-        out["usage"] = usage_json(gen);
+        out["choices"] = std::move(choices);
+        out["usage"] = usage_json(usage);
+        out["timings"] = timings_json(first.generation);  // llama-server's extension
         if (verbose_)
-            out["__verbose"] = native_final_json(done, verbose_->options, verbose_->context);
+            out["__verbose"] = native_final_json(first, verbose_->options, verbose_->context);
         return out;
     }
 
     // Server-sent events for one streamed piece (empty when it shows nothing yet).
-    std::string piece(const StreamPiece& piece) override {
+    std::string piece(const StreamPiece& piece, const std::optional<Progress>& so_far) override {
         std::string out = start();
         if (piece.text.empty() && !piece.logprobs) return out;
         json lp = nullptr;
         if (logprobs_ && piece.logprobs) lp = logprobs_json({*piece.logprobs});
-        if (!chat_) return out + sse_data(chunk(piece.text, nullptr, lp));
-        if (const ChatDelta d = parser_.push(piece.text); !d.empty() || !lp.is_null())
-            out += sse_data(chunk(delta_json(d), nullptr, lp));
-        return out;
+        json c;
+        if (!chat_) {
+            c = chunk(piece.text, nullptr, lp);
+        } else if (const ChatDelta d = parser_.push(piece.text); !d.empty() || !lp.is_null()) {
+            c = chunk(delta_json(d), nullptr, lp);
+        } else {
+            return out;
+        }
+        telemetry_.add(c, so_far, false);
+        return out + sse_data(c);
+    }
+
+    // llama-server's return_progress: a chunk without text (chat: the role's) with the progress.
+    std::string prompt_progress(const Progress& so_far) override {
+        if (!telemetry_.return_progress) return {};
+        started_ = true;
+        json c = chat_ ? chunk({{"role", "assistant"}, {"content", nullptr}}, nullptr, nullptr)
+                       : chunk("", nullptr, nullptr);
+        telemetry_.add(c, so_far, true);
+        return sse_data(c);
     }
 
     // The last events of a stream: the rest of the reply, its finish reason, the usage when
@@ -185,17 +201,33 @@ class OpenAiReply : public StreamFormat {
                             finish_name(gen.finish_reason, tool_calls), nullptr);
         if (verbose_)
             finish["__verbose"] = native_final_json(done, verbose_->options, verbose_->context);
+        // The last chunk carries llama-server's timings, as its own does.
+        if (!include_usage_) finish["timings"] = timings_json(gen);
         out += sse_data(finish);
         if (include_usage_) {
             json u = envelope(chat_ ? "chat.completion.chunk" : "text_completion");
             u["choices"] = json::array();
-            u["usage"] = usage_json(gen);
+            u["usage"] = usage_json(gen.usage);
+            u["timings"] = timings_json(gen);
             out += sse_data(u);
         }
         return out + "data: [DONE]\n\n";
     }
 
   private:
+    json choice(const Generation& gen, std::size_t index) const {
+        json c = {{"index", index}, {"finish_reason", finish_name(gen.finish_reason)}};
+        if (chat_) {
+            const ChatMessage parsed =
+                ChatTemplate::parse(gen.text, prompt_, gen.finish_reason == FinishReason::stop);
+            c["finish_reason"] = finish_name(gen.finish_reason, !parsed.tool_calls.empty());
+            c["message"] = message_json(parsed);
+        } else {
+            c["text"] = gen.text;
+        }
+        c["logprobs"] = logprobs_ ? logprobs_json(gen.logprobs) : json(nullptr);
+        return c;
+    }
     json envelope(const char* object) const {
         static const std::string fingerprint = llama_build_tag();
         return {{"id", id_},
@@ -228,6 +260,7 @@ class OpenAiReply : public StreamFormat {
     bool chat_ = false;
     bool logprobs_ = false;
     bool include_usage_ = false;
+    StreamTelemetry telemetry_;
     ChatPrompt prompt_;        // chat: how to parse the reply
     ChatStreamParser parser_;  // chat, streamed
     std::optional<VerboseReply> verbose_;
@@ -309,7 +342,15 @@ void ServerState::generate(const httplib::Request& req, httplib::Response& res, 
     std::vector<Token> prompt;  // a completion's, for the verbose object
     if (verbose && !chat)
         prompt = g.prompt_text.empty() ? g.engine.prompt : tokens_of(tokenizer, g.prompt_text);
+    // n > 1: each further choice is a request of its own (a seed given is moved on per choice,
+    // so that the choices differ and stay reproducible), all submitted before any is awaited.
+    std::vector<GenerationRequest> others(static_cast<std::size_t>(g.choices - 1), g);
+    const std::uint32_t seed = g.engine.options.sampling.seed;
+    for (std::size_t i = 0; i < others.size() && seed != random_seed; ++i)
+        others[i].engine.options.sampling.seed = seed + static_cast<std::uint32_t>(i + 1);
     ChatSubmission submitted = submit(served, g, chat);
+    std::vector<RequestHandle> more;
+    for (GenerationRequest& other : others) more.push_back(submit(served, other, chat).handle);
     if (verbose) {
         if (chat) prompt = submitted.prompt.tokens;
         verbose->context.prompt_text = detokenized(tokenizer, prompt);
@@ -317,12 +358,12 @@ void ServerState::generate(const httplib::Request& req, httplib::Response& res, 
     }
     const std::string id =
         fmt::format("{}-{}", chat ? "chatcmpl" : "cmpl", next_id.fetch_add(1) + 1);
-    auto reply =
-        std::make_unique<OpenAiReply>(id, served.lease.id(), chat, g.logprobs, g.include_usage,
-                                      submitted.prompt, std::move(verbose));
+    auto reply = std::make_unique<OpenAiReply>(id, served.lease.id(), chat, g, submitted.prompt,
+                                               std::move(verbose));
     res.set_header("X-Request-Id", id);
     if (!g.stream) {
-        const Completion done = await_whole(req, submitted.handle);
+        std::vector<Completion> done = {await_whole(req, submitted.handle)};
+        for (RequestHandle& h : more) done.push_back(await_whole(req, h));
         res.set_content(dump(reply->whole(done)), "application/json");
         return;
     }

@@ -118,8 +118,8 @@ void ServerState::register_model_routes() {
         if (!found) throw HttpException{model_error(found.error())};
         res.set_content(dump(model_json(*found)), "application/json");
     });
-    http.Post("/models/load", [this](Req req, Res res) { load_model(req, res); });
-    http.Post("/models/unload", [this](Req req, Res res) {
+    post("/models/load", [this](Req req, Res res) { load_model(req, res); });
+    post("/models/unload", [this](Req req, Res res) {
         const json body = parse_body(req.body);
         const std::string name = required_model(body);
         std::optional<std::chrono::milliseconds> grace;

@@ -13,14 +13,9 @@ double per(double amount, double count) {
     return count > 0 ? amount / count : 0.0;
 }
 
-// cache_n + prompt_n = the prompt; the first generated token comes with the prompt's compute,
-// so the generation rates count the tokens after it, as llama-server's do.
-json timings_json(const Generation& g) {
-    const int cached = g.usage.cached_tokens;
-    const int computed = g.usage.prompt_tokens - cached;
-    const int predicted = g.usage.completion_tokens;
-    const double prompt_ms = g.timings.prefill_ms;
-    const double predicted_ms = g.timings.decode_ms;
+// cache_n + prompt_n = the prompt (computed so far); the first generated token comes with the
+// prompt's compute, so the generation rates count the tokens after it, as llama-server's do.
+json timings_json(int cached, int computed, int predicted, double prompt_ms, double predicted_ms) {
     const int steps = std::max(0, predicted - 1);
     return {{"cache_n", cached},
             {"prompt_n", computed},
@@ -32,6 +27,30 @@ json timings_json(const Generation& g) {
             {"predicted_per_token_ms", per(predicted_ms, steps)},
             {"predicted_per_second", per(1000.0 * steps, predicted_ms)}};
 }
+
+}  // namespace
+
+json timings_json(const Generation& g) {
+    return timings_json(g.usage.cached_tokens, g.usage.prompt_tokens - g.usage.cached_tokens,
+                        g.usage.completion_tokens, g.timings.prefill_ms, g.timings.decode_ms);
+}
+
+json timings_json(const Progress& p) {
+    return timings_json(p.cached_tokens, p.processed_tokens - p.cached_tokens, p.completion_tokens,
+                        p.prompt_ms, p.decode_ms);
+}
+
+void StreamTelemetry::add(json& chunk, const std::optional<Progress>& so_far, bool prompt) const {
+    if (!so_far) return;
+    if (timings_per_token) chunk["timings"] = timings_json(*so_far);
+    if (prompt)
+        chunk["prompt_progress"] = {{"total", so_far->prompt_tokens},
+                                    {"cache", so_far->cached_tokens},
+                                    {"processed", so_far->processed_tokens},
+                                    {"time_ms", so_far->prompt_ms}};
+}
+
+namespace {
 
 json bytes_json(const std::string& s) {
     json b = json::array();
@@ -158,7 +177,7 @@ json native_final_json(const Completion& done, const GenerateOptions& options,
 json native_chunk_json(const StreamPiece& piece, int predicted, const NativeReplyContext& c) {
     json out = {{"index", c.index},
                 {"content", piece.text},
-                {"tokens", json::array({piece.token})},
+                {"tokens", piece.token == no_token ? json::array() : json::array({piece.token})},
                 {"stop", false},
                 {"id_slot", -1},
                 {"tokens_predicted", predicted},

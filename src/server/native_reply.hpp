@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -43,6 +44,23 @@ nlohmann::json native_final_json(const Completion& done, const GenerateOptions& 
 // One streamed chunk; `predicted` counts the tokens generated so far.
 nlohmann::json native_chunk_json(const StreamPiece& piece, int predicted,
                                  const NativeReplyContext& context);
+
+// llama-server's timings object: of a finished generation, or of one so far.
+nlohmann::json timings_json(const Generation& g);
+nlohmann::json timings_json(const Progress& p);
+
+// llama-server's stream telemetry, asked for per request: `timings_per_token` adds the timings
+// so far to each chunk, `return_progress` sends chunks of prompt progress while the prompt is
+// computed.
+struct StreamTelemetry {
+    bool timings_per_token = false;
+    bool return_progress = false;
+
+    bool any() const { return timings_per_token || return_progress; }
+    // "timings" (timings_per_token) and, when `prompt` is set, "prompt_progress": {total, cache,
+    // processed, time_ms}.
+    void add(nlohmann::json& chunk, const std::optional<Progress>& so_far, bool prompt) const;
+};
 
 // llama-server's `response_fields`: the final object reduced to these paths ("a/b" reaches
 // into nested objects), keyed by the path as given. Paths that lead nowhere are left out.

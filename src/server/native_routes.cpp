@@ -1,9 +1,10 @@
 // llama-server's own routes, as its tools/server answers them: /completion (and /completions),
-// /tokenize, /detokenize, /apply-template, the chat token count, /props and /slots. Parsing and
-// formatting only; the work is the engine's, as for the OpenAI routes.
+// /infill, /tokenize, /detokenize, /apply-template, the chat token count, /props and /slots.
+// Parsing and formatting only; the work is the engine's, as for the OpenAI routes.
 #include <fmt/core.h>
 
 #include "llamapp/backend.hpp"
+#include "server/infill.hpp"
 #include "server/native_reply.hpp"
 #include "server/server_state.hpp"
 
@@ -95,11 +96,20 @@ NativeRequest parse_native(const json& body, const ServedModel& m) {
 // llama-server's native stream: one object per piece, then the final object; no [DONE].
 class NativeStreamFormat : public StreamFormat {
   public:
-    NativeStreamFormat(GenerateOptions options, NativeReplyContext context)
-        : options_(std::move(options)), context_(std::move(context)) {}
+    NativeStreamFormat(GenerateOptions options, NativeReplyContext context,
+                       StreamTelemetry telemetry)
+        : options_(std::move(options)), context_(std::move(context)), telemetry_(telemetry) {}
 
-    std::string piece(const StreamPiece& piece) override {
-        return sse_data(native_chunk_json(piece, ++predicted_, context_));
+    std::string piece(const StreamPiece& piece, const std::optional<Progress>& so_far) override {
+        json chunk = native_chunk_json(piece, ++predicted_, context_);
+        telemetry_.add(chunk, so_far, false);
+        return sse_data(chunk);
+    }
+    std::string prompt_progress(const Progress& so_far) override {
+        if (!telemetry_.return_progress) return {};
+        json chunk = native_chunk_json(StreamPiece{}, 0, context_);
+        telemetry_.add(chunk, so_far, true);
+        return sse_data(chunk);
     }
     std::string last(const Completion& done) override {
         if (done.generation.error) return sse_data(http_error(*done.generation.error).body());
@@ -109,24 +119,31 @@ class NativeStreamFormat : public StreamFormat {
   private:
     GenerateOptions options_;
     NativeReplyContext context_;
+    StreamTelemetry telemetry_;
     int predicted_ = 0;
 };
 
 }  // namespace
 
-void ServerState::native_completion(const httplib::Request& req, httplib::Response& res) {
+void ServerState::native_completion(const httplib::Request& req, httplib::Response& res,
+                                    bool infill) {
     InFlight counted(*this);
     if (draining) throw HttpException{draining_error()};
     const json body = parse_body(req.body);
     ServedModel served = serve(body, Need::generate);
     const Tokenizer tokenizer = served.lease.model().tokenizer();
-    const std::vector<std::vector<Token>> prompts =
-        prompts_of(body, tokenizer, served.limits.vocab_size);
     NativeRequest native = parse_native(body, served);
     GenerationRequest& g = native.generation;
+    Engine& engine = served.lease.engine();
+    const std::vector<std::vector<Token>> prompts =
+        infill ? std::vector<std::vector<Token>>{infill_prompt(
+                     body, tokenizer,
+                     {.n_batch = engine.n_batch(),
+                      .n_ctx = engine.n_ctx(),
+                      .n_predict = g.engine.options.max_tokens})}
+               : prompts_of(body, tokenizer, served.limits.vocab_size);
     if (g.stream && prompts.size() > 1)
         reject_field("prompt", "a streamed request takes one prompt");
-    Engine& engine = served.lease.engine();
     NativeReplyContext context{.model = served.lease.id(),
                                .n_ctx = engine.n_ctx(),
                                .stream = g.stream,
@@ -148,7 +165,8 @@ void ServerState::native_completion(const httplib::Request& req, httplib::Respon
         context.prompt_tokens = static_cast<int>(prompts.front().size());
         stream_reply(req, res, std::move(served.lease), std::move(handles.front()),
                      std::move(counted), id,
-                     std::make_unique<NativeStreamFormat>(g.engine.options, std::move(context)));
+                     std::make_unique<NativeStreamFormat>(g.engine.options, std::move(context),
+                                                          g.telemetry));
         return;
     }
     json replies = json::array();
@@ -309,15 +327,16 @@ void ServerState::register_native_routes() {
     using Req = const httplib::Request&;
     using Res = httplib::Response&;
     for (const char* path : {"/completion", "/completions"})
-        http.Post(path, [this](Req req, Res res) { native_completion(req, res); });
-    http.Post("/tokenize", [this](Req req, Res res) { tokenize(req, res); });
-    http.Post("/detokenize", [this](Req req, Res res) { detokenize(req, res); });
-    http.Post("/apply-template", [this](Req req, Res res) { apply_template(req, res); });
+        post(path, [this](Req req, Res res) { native_completion(req, res, false); });
+    post("/infill", [this](Req req, Res res) { native_completion(req, res, true); });
+    post("/tokenize", [this](Req req, Res res) { tokenize(req, res); });
+    post("/detokenize", [this](Req req, Res res) { detokenize(req, res); });
+    post("/apply-template", [this](Req req, Res res) { apply_template(req, res); });
     for (const char* path : {"/chat/completions/input_tokens", "/v1/chat/completions/input_tokens"})
-        http.Post(path, [this](Req req, Res res) { count_chat_tokens(req, res); });
+        post(path, [this](Req req, Res res) { count_chat_tokens(req, res); });
     http.Get("/props", [this](Req req, Res res) { props(req, res); });
     http.Get("/slots", [this](Req req, Res res) { slots(req, res); });
-    http.Post("/slots/:id_slot", [this](Req req, Res res) { slot_action(req, res); });
+    post("/slots/:id_slot", [this](Req req, Res res) { slot_action(req, res); });
 }
 
 }  // namespace llamapp::detail

@@ -269,8 +269,6 @@ void parse_common(const json& body, const RequestLimits& limits, const RequestDe
         if (const json* v = optional_field(body, name))
             o.max_tokens = static_cast<int>(integer_field(*v, name, 1, limits.max_tokens));
     }
-    if (const json* v = optional_field(body, "n"); v && integer_field(*v, "n", 1, 1) != 1)
-        reject_field("n", "only n = 1 is supported");
     parse_sampling(body, limits, s);
     parse_llama_sampling(body, s);
     parse_stop(body, limits, o);
@@ -280,6 +278,11 @@ void parse_common(const json& body, const RequestLimits& limits, const RequestDe
     if (const json* v = optional_field(body, "session"))
         out.engine.session = string_field(*v, "session");
     if (const json* v = optional_field(body, "verbose")) out.verbose = bool_field(*v, "verbose");
+    if (const json* v = optional_field(body, "timings_per_token"))
+        out.telemetry.timings_per_token = bool_field(*v, "timings_per_token");
+    if (const json* v = optional_field(body, "return_progress"))
+        out.telemetry.return_progress = bool_field(*v, "return_progress");
+    out.engine.report_progress = out.stream && out.telemetry.any();
     // llama-server's slot pinning; the engine checks the slot exists.
     if (const json* v = optional_field(body, "id_slot"))
         out.engine.slot =
@@ -478,10 +481,24 @@ void refuse_tools_with_grammar(const GenerationRequest& g, const std::string& pa
                      "none to constrain the answer");
 }
 
+namespace {
+
+// OpenAI's n: several replies to one prompt, on /v1/completions and /v1/chat/completions.
+void parse_choices(const json& body, GenerationRequest& out) {
+    if (const json* v = optional_field(body, "n"))
+        out.choices = static_cast<int>(integer_field(*v, "n", 1, max_choices));
+    if (out.choices > 1 && out.stream)
+        reject_field("n", "n > 1 is answered whole: set stream to false");
+}
+
+}  // namespace
+
 GenerationRequest parse_generation(const json& body, const RequestLimits& limits,
                                    const RequestDefaults& defaults) {
     GenerationRequest out;
     parse_common(body, limits, defaults, out, false);
+    if (const json* v = optional_field(body, "n"); v && integer_field(*v, "n", 1, 1) != 1)
+        reject_field("n", "only n = 1 is supported");
     return out;
 }
 
@@ -489,6 +506,7 @@ GenerationRequest parse_completion(const json& body, const RequestLimits& limits
                                    const RequestDefaults& defaults) {
     GenerationRequest out;
     parse_common(body, limits, defaults, out, false);
+    parse_choices(body, out);
     const json* prompt = optional_field(body, "prompt");
     if (!prompt) reject_field("prompt", "'prompt' is required", "missing_required_parameter");
     if (prompt->is_string()) {
@@ -546,6 +564,7 @@ GenerationRequest parse_chat(const json& body, const RequestLimits& limits,
                              const RequestDefaults& defaults) {
     GenerationRequest out;
     parse_common(body, limits, defaults, out, true);
+    parse_choices(body, out);
     const json* messages = optional_field(body, "messages");
     if (!messages) reject_field("messages", "'messages' is required", "missing_required_parameter");
     if (!messages->is_array())

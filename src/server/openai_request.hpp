@@ -12,6 +12,7 @@
 #include "llamapp/engine.hpp"
 #include "llamapp/model_manager.hpp"
 #include "server/http_error.hpp"
+#include "server/native_reply.hpp"
 
 namespace llamapp::detail {
 
@@ -24,9 +25,12 @@ struct RequestLimits {
 };
 
 // What /v1/completions and /v1/chat/completions share.
+inline constexpr int max_choices = 16;  // a request's n
+
 struct GenerationRequest {
     EngineRequest engine;  // prompt empty until rendered / tokenized
     std::string model;
+    int choices = 1;  // n: replies to the same prompt, each its own engine request (whole only)
     bool stream = false;
     bool include_usage = false;
     bool logprobs = false;
@@ -35,8 +39,9 @@ struct GenerationRequest {
     std::string prompt_text;  // or engine.prompt when the prompt was token ids
     // /v1/chat/completions
     std::vector<ChatMessage> messages;
-    ChatRenderOptions render;  // tools and tool_choice
+    ChatRenderOptions render;     // tools and tool_choice
     std::optional<bool> verbose;  // llama-server's __verbose object; unset: the server's default
+    StreamTelemetry telemetry;    // streamed: llama-server's timings_per_token, return_progress
 };
 
 // Parses the body text; invalid JSON is a 400 like any other bad field.

@@ -47,8 +47,10 @@ void ServerState::stream_reply(const httplib::Request& req, httplib::Response& r
                 return true;
             }
             std::string out;
-            if (!event.final()) {
-                out = s->format->piece(event.piece);
+            if (event.prompt_progress()) {
+                out = s->format->prompt_progress(*event.progress);
+            } else if (!event.final()) {
+                out = s->format->piece(event.piece, event.progress);
             } else {
                 s->fields = log_fields(*event.completion);
                 out = s->format->last(*event.completion);

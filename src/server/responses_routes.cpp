@@ -129,13 +129,28 @@ struct Keeper {
 // the next one opens (reasoning, then the message, then each call).
 class ResponsesStream : public StreamFormat {
   public:
-    ResponsesStream(ResponseFrame frame, const ChatPrompt& prompt, Keeper keeper)
-        : frame_(std::move(frame)), parser_(prompt), keeper_(std::move(keeper)) {}
+    ResponsesStream(ResponseFrame frame, const ChatPrompt& prompt, Keeper keeper,
+                    StreamTelemetry telemetry)
+        : frame_(std::move(frame)),
+          parser_(prompt),
+          keeper_(std::move(keeper)),
+          telemetry_(telemetry) {}
 
-    std::string piece(const StreamPiece& piece) override {
+    std::string piece(const StreamPiece& piece, const std::optional<Progress>& so_far) override {
         std::string out = start();
+        so_far_ = so_far;  // the deltas of this piece carry its timings (timings_per_token)
         if (!piece.text.empty()) out += items(parser_.push(piece.text));
+        so_far_.reset();
         return out;
+    }
+
+    // llama-server's return_progress: response.in_progress again, with the progress.
+    std::string prompt_progress(const Progress& so_far) override {
+        if (!telemetry_.return_progress) return {};
+        std::string out = start();
+        json data = {{"response", frame_.object("in_progress", json::array(), nullptr)}};
+        telemetry_.add(data, so_far, true);
+        return out + event("response.in_progress", std::move(data));
     }
 
     std::string last(const Completion& done) override {
@@ -155,15 +170,18 @@ class ResponsesStream : public StreamFormat {
         json response =
             frame_.object(status, output_items(frame_, m, "completed"), usage_json(g.usage));
         keeper_.keep(frame_.id, response, m);
+        json data = {{"response", response}};
+        if (telemetry_.any()) data["timings"] = timings_json(g);
         return out + event(g.finish_reason == FinishReason::length ? "response.incomplete"
                                                                    : "response.completed",
-                           {{"response", response}});
+                           std::move(data));
     }
 
   private:
     enum class Open { none, reasoning, message, call };
 
     std::string event(const char* type, json data) {
+        telemetry_.add(data, so_far_, false);
         data["type"] = type;
         data["sequence_number"] = sequence_++;
         return fmt::format("event: {}\ndata: {}\n\n", type, dump(data));
@@ -277,6 +295,8 @@ class ResponsesStream : public StreamFormat {
     ResponseFrame frame_;
     ChatStreamParser parser_;
     Keeper keeper_;
+    StreamTelemetry telemetry_;
+    std::optional<Progress> so_far_;  // of the piece being formatted
     bool started_ = false;
     bool message_opened_ = false;
     int sequence_ = 0;
@@ -314,8 +334,8 @@ void ServerState::responses(const httplib::Request& req, httplib::Response& res)
         return;
     }
     const std::string id = frame.id;
-    auto format =
-        std::make_unique<ResponsesStream>(std::move(frame), submitted.prompt, std::move(keeper));
+    auto format = std::make_unique<ResponsesStream>(std::move(frame), submitted.prompt,
+                                                    std::move(keeper), g.telemetry);
     stream_reply(req, res, std::move(served.lease), std::move(submitted.handle), std::move(counted),
                  id, std::move(format));
 }
@@ -347,9 +367,9 @@ void ServerState::register_responses_routes() {
     using Req = const httplib::Request&;
     using Res = httplib::Response&;
     for (const char* path : {"/v1/responses", "/responses"})
-        http.Post(path, [this](Req req, Res res) { responses(req, res); });
+        post(path, [this](Req req, Res res) { responses(req, res); });
     for (const char* path : {"/v1/responses/input_tokens", "/responses/input_tokens"})
-        http.Post(path, [this](Req req, Res res) { count_response_tokens(req, res); });
+        post(path, [this](Req req, Res res) { count_response_tokens(req, res); });
     for (const char* path : {R"(/v1/responses/([^/]+))", R"(/responses/([^/]+))"}) {
         http.Get(path, [this](Req req, Res res) {
             const std::string id = req.matches[1];

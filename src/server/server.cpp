@@ -271,6 +271,11 @@ void ServerState::health(httplib::Response& res) const {
     res.set_content(dump(body), "application/json");
 }
 
+void ServerState::post(const std::string& path, httplib::Server::Handler handler) {
+    post_routes.emplace(path, handler);
+    http.Post(path, std::move(handler));
+}
+
 void ServerState::register_routes() {
     install_hooks();
     using Req = const httplib::Request&;
@@ -289,17 +294,24 @@ void ServerState::register_routes() {
             text += store->metrics().prometheus_text();
         res.set_content(text, "text/plain; version=0.0.4");
     });
-    http.Post("/v1/embeddings", [this](Req req, Res res) { embeddings(req, res); });
-    http.Post("/v1/completions", [this](Req req, Res res) { generate(req, res, false); });
-    http.Post("/v1/chat/completions", [this](Req req, Res res) { generate(req, res, true); });
+    for (const char* path : {"/v1/embeddings", "/embeddings"})
+        post(path, [this](Req req, Res res) { embeddings(req, res, false); });
+    post("/embedding", [this](Req req, Res res) { embeddings(req, res, true); });
+    for (const char* path : {"/rerank", "/reranking", "/v1/rerank", "/v1/reranking"})
+        post(path, [this](Req req, Res res) { rerank(req, res); });
+    post("/v1/completions", [this](Req req, Res res) { generate(req, res, false); });
+    post("/v1/chat/completions", [this](Req req, Res res) { generate(req, res, true); });
     // llama-server's unprefixed names (its /completions is the native route).
-    http.Post("/chat/completions", [this](Req req, Res res) { generate(req, res, true); });
+    post("/chat/completions", [this](Req req, Res res) { generate(req, res, true); });
     http.Get("/models", [this](Req, Res res) { list_models(res); });
     register_native_routes();
     register_anthropic_routes();
     register_responses_routes();
     register_cache_routes();
     register_model_routes();
+    if (!options.health_route.empty())
+        http.Get(options.health_route, [this](Req, Res res) { health(res); });
+    register_predict_route();  // last: it dispatches to the routes above
 }
 
 }  // namespace detail

@@ -4,6 +4,7 @@
 #include <httplib.h>
 
 #include <atomic>
+#include <map>
 #include <mutex>
 #include <optional>
 
@@ -34,7 +35,10 @@ inline std::string sse_data(const nlohmann::json& data) {
 class StreamFormat {
   public:
     virtual ~StreamFormat() = default;
-    virtual std::string piece(const StreamPiece& piece) = 0;
+    // A piece of the reply; `so_far` is set when the request asked for progress.
+    virtual std::string piece(const StreamPiece& piece, const std::optional<Progress>& so_far) = 0;
+    // Progress while the prompt is computed (EngineRequest::report_progress).
+    virtual std::string prompt_progress(const Progress&) { return {}; }
     // The final events, or the error that ended the generation.
     virtual std::string last(const Completion& done) = 0;
 };
@@ -75,7 +79,12 @@ struct ServerState {
     int port = 0;
     std::once_flag drained;
 
+    // Every POST route by path, for the prediction route's dispatch (predict_route.cpp).
+    std::map<std::string, httplib::Server::Handler> post_routes;
+
     void register_routes();
+    void post(const std::string& path, httplib::Server::Handler handler);
+    void register_predict_route();
     void install_hooks();  // logging, CORS, auth, drain and the error shapes around every route
     httplib::Server::HandlerResponse pre_route(const httplib::Request& req, httplib::Response& res);
     void answer_protocol_error(const httplib::Request& req, httplib::Response& res);
@@ -85,7 +94,8 @@ struct ServerState {
     void register_native_routes();
     void tokenize(const httplib::Request& req, httplib::Response& res) const;
     void detokenize(const httplib::Request& req, httplib::Response& res) const;
-    void native_completion(const httplib::Request& req, httplib::Response& res);
+    // /completion; `infill`: /infill, whose prompt is laid out around a gap in code.
+    void native_completion(const httplib::Request& req, httplib::Response& res, bool infill);
     void apply_template(const httplib::Request& req, httplib::Response& res) const;
     void count_chat_tokens(const httplib::Request& req, httplib::Response& res) const;
     void props(const httplib::Request& req, httplib::Response& res) const;
@@ -116,7 +126,10 @@ struct ServerState {
     // Waits for a whole reply (a departed client cancels it) and leaves its log fields; an
     // error that ended the generation is thrown.
     static Completion await_whole(const httplib::Request& req, RequestHandle& handle);
-    void embeddings(const httplib::Request& req, httplib::Response& res);
+    // /v1/embeddings (and /embeddings); `native`: llama-server's /embedding shape.
+    void embeddings(const httplib::Request& req, httplib::Response& res, bool native);
+    // /rerank and its aliases: refused, naming why (no reranking model can be loaded yet).
+    void rerank(const httplib::Request& req, httplib::Response& res);
     // In the shape of the protocol the request's path speaks (Anthropic's on /v1/messages).
     void send_error(const httplib::Request& req, httplib::Response& res,
                     const HttpError& error) const;

@@ -148,3 +148,43 @@ TEST_F(ServerFields, CachePromptAndSessionDecideWhatIsReused) {
 }
 
 }  // namespace
+
+// n choices: each a request of its own; a seed given moves on per choice, so that the choices
+// differ. Streamed, n > 1 is refused. (The same request twice need not give the same choices:
+// rows that share a decode call, or a reused prefix, may change the logits in their last bits.)
+TEST_F(ServerFields, NChoicesAreSampledEachOnItsOwn) {
+    json body = chat_body(12);
+    body["temperature"] = 1.0;
+    body["seed"] = 7;
+    body["n"] = 3;
+    const json r = post("/v1/chat/completions", body);
+    ASSERT_EQ(r["choices"].size(), 3u) << r;
+    for (int i = 0; i < 3; ++i) {
+        EXPECT_EQ(r["choices"][i]["index"], i);
+        EXPECT_EQ(r["choices"][i]["message"]["role"], "assistant");
+    }
+    // The prompt is counted once, the completions of every choice.
+    const int prompt_tokens = r["usage"]["prompt_tokens"];
+    const int completion_tokens = r["usage"]["completion_tokens"];
+    EXPECT_GE(completion_tokens, 3);
+    EXPECT_LE(completion_tokens, 36);
+    EXPECT_EQ(r["usage"]["total_tokens"], prompt_tokens + completion_tokens);
+    EXPECT_NE(r["choices"][0]["message"], r["choices"][1]["message"]);
+    EXPECT_NE(r["choices"][1]["message"], r["choices"][2]["message"]);
+
+    json completion = {{"prompt", "Hello"}, {"max_tokens", 4}, {"n", 2}, {"temperature", 0}};
+    const json c = post("/v1/completions", completion);
+    ASSERT_EQ(c["choices"].size(), 2u) << c;
+    EXPECT_EQ(c["choices"][1]["index"], 1);
+    EXPECT_TRUE(c["choices"][1]["text"].is_string());
+
+    body["n"] = 2;
+    body["stream"] = true;
+    auto s = server_->client().Post("/v1/chat/completions", body.dump(), "application/json");
+    ASSERT_TRUE(s);
+    expect_error_shape(s, 400, "n");
+    body["n"] = 17;
+    body["stream"] = false;
+    expect_error_shape(
+        server_->client().Post("/v1/chat/completions", body.dump(), "application/json"), 400, "n");
+}

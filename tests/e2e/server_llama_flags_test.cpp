@@ -1,6 +1,10 @@
 // `llamapp serve` driven by a llama-server command line and environment: its flags mean what
 // they mean there, and one llamapp cannot honour is refused by name.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
@@ -37,6 +41,21 @@ class ScopedEnv {
   private:
     const char* name_;
 };
+
+// A loopback port nothing listens on (bound, read and closed again).
+int free_port() {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof addr;
+    int port = 0;
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
+        ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0)
+        port = ntohs(addr.sin_port);
+    ::close(fd);
+    return port;
+}
 
 }  // namespace
 
@@ -149,8 +168,17 @@ TEST(LlamaServerFlags, TheReasoningBudgetClosesTheThinking) {
 // and --verbose adds llama-server's __verbose object, which shows the prompt.
 TEST(LlamaServerFlags, AnAssistantPrefillIsContinuedAndVerboseShowsThePrompt) {
     const std::vector<std::string> args = {
-        "-m", shared_model("stories260K.gguf").string(), "-c", "512", "-t", "2", "-np", "1",
-        "--temp", "0", "--chat-template-file",
+        "-m",
+        shared_model("stories260K.gguf").string(),
+        "-c",
+        "512",
+        "-t",
+        "2",
+        "-np",
+        "1",
+        "--temp",
+        "0",
+        "--chat-template-file",
         llama_source("models/templates/meta-llama-Llama-3.1-8B-Instruct.jinja").string()};
     ServerProcess server(args);
     auto c = server.client();
@@ -176,8 +204,8 @@ TEST(LlamaServerFlags, AnAssistantPrefillIsContinuedAndVerboseShowsThePrompt) {
     EXPECT_TRUE(prompt_of(ask("Whill")).ends_with(turn + "Whill"));
     const json parts = {{{"type", "text"}, {"text", "Wh"}}, {{"type", "text"}, {"text", "ill"}}};
     EXPECT_TRUE(prompt_of(ask(parts)).ends_with(turn + "Wh\n\nill"));
-    EXPECT_TRUE(prompt_of(ask("Whill", {{"add_generation_prompt", false},
-                                        {"continue_final_message", true}}))
+    EXPECT_TRUE(prompt_of(ask("Whill",
+                              {{"add_generation_prompt", false}, {"continue_final_message", true}}))
                     .ends_with(turn + "Whill"));
     const auto quiet = ask(nullptr, {{"verbose", false}});
     ASSERT_TRUE(quiet);
@@ -194,9 +222,9 @@ TEST(LlamaServerFlags, AnAssistantPrefillIsContinuedAndVerboseShowsThePrompt) {
     }
     expect_error_shape(ask("Whill", {{"continue_final_message", true}}), 400,
                        "continue_final_message with add_generation_prompt");
-    expect_error_shape(ask("Whill", {{"add_generation_prompt", false},
-                                     {"continue_final_message", "everything"}}),
-                       400, "an unknown continuation");
+    expect_error_shape(
+        ask("Whill", {{"add_generation_prompt", false}, {"continue_final_message", "everything"}}),
+        400, "an unknown continuation");
 }
 
 TEST(LlamaServerFlags, WhatLlamappCannotHonourIsRefusedByName) {
@@ -217,4 +245,39 @@ TEST(LlamaServerFlags, WhatLlamappCannotHonourIsRefusedByName) {
         EXPECT_NE(r.out.find("[invalid_argument]"), std::string::npos) << r.out;
         EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << "one line:\n" << r.out;
     }
+}
+
+// Google Vertex AI's prediction protocol, switched on by its AIP_* variables as llama-server's
+// is: instances run through their routes side by side, each answered (or refused) on its own.
+TEST(LlamaServerFlags, VertexAiPredictionsRunEachInstanceThroughItsRoute) {
+    const int port = free_port();  // for AIP_HTTP_PORT, which overrides --port 0
+    ASSERT_GT(port, 0);
+    const std::string port_text = std::to_string(port);
+    ScopedEnv mode("AIP_MODE", "PREDICTION");
+    ScopedEnv http_port("AIP_HTTP_PORT", port_text.c_str());
+    ScopedEnv health("AIP_HEALTH_ROUTE", "healthz");
+    ServerProcess server({"-m", shared_model("stories260K.gguf").string(), "-c", "512", "-t", "2",
+                          "-np", "2", "--temp", "0"});
+    ASSERT_EQ(server.port(), port);
+    auto c = server.client();
+    EXPECT_EQ(c.Get("/healthz")->status, 200);
+    const json chat = {{"max_tokens", 6}, {"messages", {{{"role", "user"}, {"content", "Hi"}}}}};
+    json as_instance = chat;
+    as_instance["@requestFormat"] = "chatCompletions";
+    as_instance["stream"] = true;  // answered whole: a prediction is one object
+    const json native = {
+        {"@requestFormat", "/completion"}, {"prompt", "Once upon a time"}, {"n_predict", 4}};
+    const json unknown = {{"@requestFormat", "noSuchRoute"}};
+    const json bad = {{"@requestFormat", "chatCompletions"}, {"max_tokens", -3}};
+    const json r =
+        post(c, "/predict", {{"instances", {as_instance, native, unknown, bad, "not an object"}}});
+    ASSERT_EQ(r["predictions"].size(), 5u) << r.dump();
+    const json& p = r["predictions"];
+    EXPECT_EQ(p[0]["choices"][0]["message"],
+              post(c, "/v1/chat/completions", chat)["choices"][0]["message"]);
+    EXPECT_EQ(p[1]["tokens_predicted"], 4);
+    for (int i : {2, 3, 4}) EXPECT_TRUE(p[i]["error"]["message"].is_string()) << p[i].dump();
+    EXPECT_EQ(p[3]["error"]["param"], "max_tokens");
+    post(c, "/predict", {{"instances", "none"}}, 400);
+    post(c, "/predict", {{"other", json::array()}}, 400);
 }

@@ -213,14 +213,15 @@ TEST_F(NativeRoutes, MetricsUnderLlamaServersNamesAddUpToTheTimings) {
     auto value = [](const std::string& text, const std::string& name) {
         return prometheus_value(text, name).value_or(-1);
     };
-    for (const char* name : {"llamacpp:prompt_tokens_total", "llamacpp:n_decode_total",
-                             "llamacpp:requests_processing", "llamacpp:n_busy_slots_per_decode",
-                             "llamacpp:spec_decode_num_drafts_total"})
+    for (const char* name :
+         {"llamacpp:prompt_tokens_total", "llamacpp:n_decode_total", "llamacpp:requests_processing",
+          "llamacpp:n_busy_slots_per_decode", "llamacpp:spec_decode_num_drafts_total"})
         EXPECT_GE(value(before->body, name), 0) << name;
     int computed = 0, cached = 0, predicted = 0;
     for (int n : {4, 8}) {
-        const json r = post("/completion", {{"prompt", "The quick brown fox jumps over the lazy dog"},
-                                            {"n_predict", n}});
+        const json r =
+            post("/completion",
+                 {{"prompt", "The quick brown fox jumps over the lazy dog"}, {"n_predict", n}});
         computed += r["timings"]["prompt_n"].get<int>();
         cached += r["timings"]["cache_n"].get<int>();
         predicted += r["timings"]["predicted_n"].get<int>();
@@ -236,4 +237,109 @@ TEST_F(NativeRoutes, MetricsUnderLlamaServersNamesAddUpToTheTimings) {
     EXPECT_EQ(value(after, "llamacpp:requests_deferred"), 0);
     EXPECT_GT(value(after, "llamacpp:prompt_tokens_seconds"), 0);
     EXPECT_NE(after.find("# TYPE llamacpp:n_tokens_max counter"), std::string::npos);
+}
+
+// llama-server's stream telemetry: return_progress sends the prompt's progress before the
+// reply, timings_per_token puts the timings so far on each chunk; chat streams end with the
+// timings on their last chunk.
+TEST_F(NativeRoutes, StreamsReportPromptProgressAndTimingsPerToken) {
+    auto c = server_->client();
+    std::string prompt;
+    for (int i = 0; i < 12; ++i) prompt += "the quick brown fox jumps over the lazy dog ";
+    const json body = {{"prompt", prompt},
+                       {"n_predict", 3},
+                       {"stream", true},
+                       {"cache_prompt", false},
+                       {"timings_per_token", true},
+                       {"return_progress", true}};
+    auto r = c.Post("/completion", body.dump(), "application/json");
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    std::vector<json> progress;
+    int pieces = 0;
+    for (const std::string& event : sse_events(r->body)) {
+        const json chunk = json::parse(event.substr(6));
+        ASSERT_TRUE(chunk.contains("timings")) << chunk.dump();
+        if (chunk.contains("prompt_progress")) {
+            EXPECT_EQ(pieces, 0);
+            progress.push_back(chunk);
+        } else if (!chunk["stop"].get<bool>()) {
+            ++pieces;
+            EXPECT_EQ(chunk["timings"]["predicted_n"], pieces);
+        }
+    }
+    EXPECT_EQ(pieces, 3);
+    ASSERT_GE(progress.size(), 2u);
+    const json& first = progress.front();
+    EXPECT_EQ(first["prompt_progress"]["processed"], first["prompt_progress"]["cache"]);
+    EXPECT_EQ(first["timings"]["prompt_n"], 0);
+    EXPECT_EQ(first["timings"]["prompt_ms"], 0.0);
+    const json& done = progress.back()["prompt_progress"];
+    EXPECT_EQ(done["processed"], done["total"]);
+    EXPECT_GT(done["time_ms"].get<double>(), 0.0);
+
+    json chat = chat_body(4);
+    chat["stream"] = true;
+    chat["stream_options"] = {{"include_usage", true}};
+    chat["return_progress"] = true;
+    auto s = c.Post("/v1/chat/completions", chat.dump(), "application/json");
+    ASSERT_TRUE(s);
+    ASSERT_EQ(s->status, 200) << s->body;
+    json last;
+    int reports = 0, roles = 0;
+    for (const std::string& event : sse_events(s->body)) {
+        if (event == "data: [DONE]") continue;
+        last = json::parse(event.substr(6));
+        if (last.contains("prompt_progress")) ++reports;
+        if (!last["choices"].empty() && last["choices"][0]["delta"].contains("role")) ++roles;
+    }
+    EXPECT_GE(reports, 2);
+    EXPECT_EQ(roles, reports);  // each progress chunk is a role chunk, and no other is
+    EXPECT_TRUE(last["choices"].empty());
+    EXPECT_EQ(last["timings"]["predicted_n"], last["usage"]["completion_tokens"]);
+}
+
+// /infill on a code model: llama-server's layout (the project's other files, then the prefix,
+// the prompt, the suffix and the middle marker); a model without the markers answers 501.
+TEST(NativeInfill, TheGapIsLaidOutAsLlamaServerLaysItOut) {
+    // The extra files take what the context leaves beside one batch and the reply.
+    ServerProcess server({"-m", generated_model("coder-tiny.gguf").string(), "-c", "512", "-b",
+                          "64", "-t", "2", "-np", "1", "--temp", "0"});
+    auto c = server.client();
+    const json body = {{"input_prefix", "def add(a, b):\n    "},
+                       {"input_suffix", "\n    return c\n"},
+                       {"input_extra", {{{"filename", "util.py"}, {"text", "x = 1"}}}},
+                       {"prompt", "c ="},
+                       {"n_predict", 4}};
+    auto r = c.Post("/infill", body.dump(), "application/json");
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    const json reply = json::parse(r->body);
+    EXPECT_EQ(reply["tokens_predicted"], 4);
+    // StarCoder's vocabulary has no file separator llama.cpp recognises: each extra file comes
+    // after a plain-text snippet marker instead.
+    EXPECT_EQ(reply["prompt"],
+              "\n\n--- snippet ---\n\nx = 1"
+              "<fim_prefix>def add(a, b):\n    c =<fim_suffix>\n    return c\n<fim_middle>");
+    json streamed = body;
+    streamed["stream"] = true;
+    auto s = c.Post("/infill", streamed.dump(), "application/json");
+    ASSERT_TRUE(s);
+    EXPECT_EQ(s->status, 200);
+    EXPECT_EQ(json::parse(sse_events(s->body).back().substr(6))["tokens_predicted"], 4);
+    for (const json& bad : {json{{"input_prefix", "a"}},
+                            json{{"input_prefix", "a"}, {"input_suffix", 5}},
+                            json{{"input_prefix", "a"}, {"input_suffix", "b"}, {"input_extra", "x"}},
+                            json{{"input_prefix", "a"},
+                                 {"input_suffix", "b"},
+                                 {"input_extra", {{{"filename", "f"}}}}}})
+        expect_error_shape(c.Post("/infill", bad.dump(), "application/json"), 400, bad.dump());
+}
+
+TEST_F(NativeRoutes, InfillNeedsAModelWithFillInTheMiddleTokens) {
+    auto c = server_->client();
+    expect_error_shape(
+        c.Post("/infill", json{{"input_prefix", "a"}, {"input_suffix", "b"}}.dump(),
+               "application/json"),
+        501, "stories260K has no FIM tokens");
 }

@@ -158,6 +158,35 @@ TEST_F(Server, EmbeddingsAsFloatsAndBase64WithDimensions) {
     EXPECT_NEAR(norm, 1.0, 1e-4);
     EXPECT_NEAR(dot / std::sqrt(head), 1.0, 1e-4);  // same direction as the truncated full vector
     EXPECT_GT(floats["usage"]["prompt_tokens"].get<int>(), 0);
+
+    // llama-server's unprefixed alias, and its native /embedding: inputs from "content", each
+    // answered as {"index", "embedding": [vector]}; embd_normalize -1 leaves the vector as pooled.
+    auto alias = c.Post("/embeddings", json{{"input", "hello"}}.dump(), "application/json");
+    ASSERT_TRUE(alias && alias->status == 200);
+    EXPECT_EQ(json::parse(alias->body)["data"][0]["embedding"], full);
+    auto native = [&](const json& body) {
+        auto r = c.Post("/embedding", body.dump(), "application/json");
+        EXPECT_TRUE(r && r->status == 200) << (r ? r->body : "no response");
+        return r ? json::parse(r->body, nullptr, false) : json::array();
+    };
+    const json n = native({{"content", {"hello", "world"}}});
+    ASSERT_EQ(n.size(), 2u) << n;
+    EXPECT_EQ(n[1]["index"], 1);
+    EXPECT_EQ(n[0]["embedding"], json::array({full}));
+    const auto raw = native({{"content", "hello"}, {"embd_normalize", -1}})[0]["embedding"][0]
+                         .get<std::vector<float>>();
+    double raw_norm = 0;
+    for (float x : raw) raw_norm += x * x;
+    ASSERT_GT(raw_norm, 0);
+    EXPECT_NEAR(raw[0] / std::sqrt(raw_norm), full[0], 1e-4);  // the same vector, unscaled
+    expect_error_shape(c.Post("/embedding", json{{"content", "x"}, {"embd_normalize", 1}}.dump(),
+                              "application/json"),
+                       400, "embd_normalize 1");
+    // No reranker can be loaded: the rerank routes say so.
+    for (const char* path : {"/rerank", "/v1/rerank", "/reranking", "/v1/reranking"})
+        expect_error_shape(c.Post(path, json{{"query", "a"}, {"documents", {"b"}}}.dump(),
+                                  "application/json"),
+                           501, path);
 }
 
 // Token ids are embedded as they are, not detokenized and tokenized again: "hello world" spelled
@@ -403,7 +432,9 @@ TEST_F(Server, BadRequestsGetTypedErrorsAndTheServerKeepsServing) {
         {cc, chat({{"frequency_penalty", "x"}}), 400},
         {cc, chat({{"seed", "abc"}}), 400},
         {cc, chat({{"seed", 1.5}}), 400},
-        {cc, chat({{"n", 2}}), 400},
+        {cc, chat({{"n", 17}}), 400},
+        {cc, chat({{"n", 0}}), 400},
+        {cc, chat({{"n", 2}, {"stream", true}}), 400},
         {cc, chat({{"stop", 5}}), 400},
         {cc, chat({{"stop", {"a", "b", "c", "d", "e"}}}), 400},
         {cc, chat({{"stop", {""}}}), 400},

@@ -7,6 +7,7 @@
 #include "support/temp_dir.hpp"
 
 using namespace llamapp;
+using test::concat;
 using test::drain;
 using test::encode;
 using test::request;
@@ -62,11 +63,6 @@ test::Drained run(Engine& e, const std::vector<Token>& prompt, int max_tokens = 
     return drain(*h);
 }
 
-std::vector<Token> concat(std::vector<Token> a, const std::vector<Token>& b) {
-    a.insert(a.end(), b.begin(), b.end());
-    return a;
-}
-
 std::size_t count_reason(const KvStore& store, SaveReason reason) {
     std::size_t n = 0;
     for (const auto& e : store.entries()) n += e.reason == reason ? 1 : 0;
@@ -77,10 +73,8 @@ class EngineKvStore : public ::testing::Test {
   protected:
     void SetUp() override { set_log_level(LogLevel::none); }
     const Model& model() { return test::stories_model(); }
-    // Tokens of text that follows a prompt (no BOS).
     std::vector<Token> continuation(const std::string& text) {
-        auto t = encode(model(), text);
-        return {t.begin() + 1, t.end()};
+        return test::continuation(model(), text);
     }
     std::string cold(const std::vector<Token>& prompt, int max_tokens = 16) {
         Engine e = make_engine(model(), nullptr);

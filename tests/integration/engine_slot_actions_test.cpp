@@ -7,6 +7,7 @@
 #include "support/temp_dir.hpp"
 
 using namespace llamapp;
+using test::concat;
 using test::drain;
 using test::encode;
 using test::request;
@@ -52,18 +53,12 @@ test::Drained run(Engine& e, const std::vector<Token>& prompt, int slot, int max
     return drain(*h);
 }
 
-std::vector<Token> concat(std::vector<Token> a, const std::vector<Token>& b) {
-    a.insert(a.end(), b.begin(), b.end());
-    return a;
-}
-
 class EngineSlots : public ::testing::Test {
   protected:
     void SetUp() override { set_log_level(LogLevel::none); }
     const Model& model() { return test::stories_model(); }
     std::vector<Token> continuation(const std::string& text) {
-        auto t = encode(model(), text);
-        return {t.begin() + 1, t.end()};
+        return test::continuation(model(), text);
     }
     std::string cold(const std::vector<Token>& prompt, int max_tokens = 12) {
         Engine e = make_engine(nullptr);

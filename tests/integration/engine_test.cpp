@@ -421,3 +421,57 @@ TEST(Engine, CacheScopesKeepTenantsApart) {
     EXPECT_TRUE(e.end_session("copy", "tenant-a"));
     EXPECT_TRUE(e.end_session("chat", "tenant-a"));
 }
+
+// llama-server's return_progress and timings_per_token: progress alone before the prompt's first
+// decode and after each chunk of it, then on every piece; nothing of it unless asked for.
+TEST(Engine, ProgressIsReportedPerPromptChunkAndOnEachPiece) {
+    const Model& m = test::stories_model();
+    EngineOptions o = options(1);
+    o.prefill_chunk = 8;
+    o.min_prefill_rows = 0;
+    Engine e = engine(o);
+    const std::vector<Token> prompt = encode(m, kPrompts[2] + ". " + kPrompts[4]);
+    ASSERT_GT(prompt.size(), 16u);
+    const int total = static_cast<int>(prompt.size());
+    for (const bool again : {false, true}) {  // the second run reuses all but the last token
+        EngineRequest r = request(prompt, 4);
+        r.report_progress = true;
+        auto h = e.submit(r);
+        ASSERT_TRUE(h);
+        std::vector<Progress> prompt_reports;
+        int pieces = 0;
+        EngineEvent ev;
+        while (h->next(ev)) {
+            if (ev.final()) break;
+            ASSERT_TRUE(ev.progress);
+            const Progress& p = *ev.progress;
+            EXPECT_EQ(p.prompt_tokens, total);
+            if (ev.prompt_progress()) {
+                EXPECT_EQ(pieces, 0) << "prompt progress after a piece";
+                prompt_reports.push_back(p);
+                continue;
+            }
+            ++pieces;
+            EXPECT_EQ(p.processed_tokens, total);
+            EXPECT_EQ(p.completion_tokens, pieces);
+            EXPECT_GT(p.prompt_ms, 0.0);
+        }
+        ASSERT_GE(prompt_reports.size(), 2u);
+        const Progress& first = prompt_reports.front();
+        EXPECT_EQ(first.processed_tokens, first.cached_tokens);
+        EXPECT_EQ(first.prompt_ms, 0.0);
+        EXPECT_EQ(first.cached_tokens, again ? total - 1 : 0);
+        for (std::size_t i = 1; i < prompt_reports.size(); ++i) {
+            EXPECT_GT(prompt_reports[i].processed_tokens, prompt_reports[i - 1].processed_tokens);
+            EXPECT_GE(prompt_reports[i].prompt_ms, prompt_reports[i - 1].prompt_ms);
+        }
+        EXPECT_EQ(prompt_reports.back().processed_tokens, total);
+        const int computed = total - first.cached_tokens;
+        EXPECT_EQ(prompt_reports.size(), 1u + static_cast<std::size_t>((computed + 7) / 8));
+        EXPECT_EQ(pieces, 4);
+    }
+    auto plain = e.submit(request(prompt, 2));
+    ASSERT_TRUE(plain);
+    EngineEvent ev;
+    while (plain->next(ev)) EXPECT_FALSE(ev.progress);
+}

@@ -59,4 +59,15 @@ inline std::vector<Token> encode(const Model& m, const std::string& text) {
     return *t;
 }
 
+// Tokens of text that follows a prompt (without the BOS a prompt starts with).
+inline std::vector<Token> continuation(const Model& m, const std::string& text) {
+    auto t = encode(m, text);
+    return {t.begin() + 1, t.end()};
+}
+
+inline std::vector<Token> concat(std::vector<Token> a, const std::vector<Token>& b) {
+    a.insert(a.end(), b.begin(), b.end());
+    return a;
+}
+
 }  // namespace llamapp::test
