@@ -193,6 +193,9 @@ void add_serve_options(CLI::App& cmd, ServeFlags& flags) {
     add_llama_switch(cmd, "--cont-batching", flags.cont_batching,
                      "no effect: llamapp always batches continuously");
     add_llama_switch(cmd, "--ui", flags.webui, "no effect as --no-ui: llamapp has no web UI");
+    add_llama_switch(cmd, "--backend-sampling", flags.backend_sampling,
+                     "no effect: llamapp runs llama.cpp's sampling chain on the CPU, which draws "
+                     "the same tokens");
     add_llama_option(cmd, "--threads-http", s.http_threads,
                      "HTTP threads (0 = one per slot and queued request)");
     cmd.add_option("--max-body-bytes", s.max_body_bytes, "largest request body")
@@ -414,7 +417,7 @@ Result<std::unique_ptr<ModelManager>> start_models(const ServeFlags& flags,
     return manager;
 }
 
-void announce(const ModelManager& models, const ServerOptions& options, int port) {
+void announce(const ModelManager& models, const ServerOptions& options, const Server& server) {
     for (const ModelListing& m : models.list()) {
         const std::string what = m.status == ModelStatus::ready
                                      ? fmt::format("ready, {} slots, n_ctx {}", m.slots, m.n_ctx)
@@ -423,9 +426,9 @@ void announce(const ModelManager& models, const ServerOptions& options, int port
         std::fprintf(stderr, "llamapp: model %s (%s): %s\n", m.id.c_str(), file.c_str(),
                      what.c_str());
     }
-    if (options.unix_socket.empty())
-        std::fprintf(stderr, "llamapp: serving on http://%s:%d\n", options.host.c_str(), port);
-    else
+    for (const std::string& url : server.urls())
+        std::fprintf(stderr, "llamapp: serving on %s\n", url.c_str());
+    if (!options.unix_socket.empty())
         std::fprintf(stderr, "llamapp: serving on unix socket %s\n", options.unix_socket.c_str());
 }
 
@@ -458,7 +461,7 @@ int serve(const std::shared_ptr<ServeFlags>& flags) {
         std::fprintf(stderr, "llamapp: %s, draining\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
         srv.drain();
     });
-    announce(**models, *options, srv.port());
+    announce(**models, *options, srv);
     auto served = srv.listen();
     if (!served) {
         report(served.error());

@@ -30,8 +30,12 @@ struct GenerateOptions {
     int max_tokens = 256;           // >= 1, or -1 for "until the context is full"
     std::vector<std::string> stop;  // stop strings; the text never contains any part of them
     bool ignore_eos = false;
-    bool logprobs = false;     // report the log-probability of each chosen token
-    int top_logprobs = 0;      // and of the n most likely alternatives (0..max_top_logprobs)
+    bool logprobs = false;  // report the log-probability of each chosen token
+    int top_logprobs = 0;   // and of the n most likely alternatives (0..max_top_logprobs)
+    // Report them as the sampling chain leaves them (after top-k, top-p, min-p, temperature...,
+    // renormalized over the tokens left; llama-server's post_sampling_probs) instead of from the
+    // raw logits. Greedy sampling reports the chosen token as certain.
+    bool post_sampling_probs = false;
     TokenizeOptions tokenize;  // how a text prompt is tokenized
     // Control tokens whose text the reply shows (tool-call markup such as "<tool_call>"); other
     // control tokens produce no text.

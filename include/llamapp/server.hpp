@@ -15,10 +15,10 @@
 namespace llamapp {
 
 struct ServerOptions {
-    std::string host = "127.0.0.1";
-    int port = 8080;                        // 0 = any free port (see Server::port)
-    std::string unix_socket;                // listen on this path instead of host:port
-    std::vector<std::string> api_keys;      // any of them is accepted; none = no authentication
+    std::string host = "127.0.0.1";     // a comma list listens on each address, at the same port
+    int port = 8080;                    // 0 = any free port (see Server::port)
+    std::string unix_socket;            // listen on this path instead of host:port
+    std::vector<std::string> api_keys;  // any of them is accepted; none = no authentication
     std::vector<std::string> cors_origins;  // empty = no CORS headers; "*" = any origin
     bool slots_route = true;                // GET /slots (llama-server's --slots)
     // Replies carry llama-server's "__verbose" debug object unless a request says otherwise
@@ -68,6 +68,9 @@ class Server {
     // Serves until drain() (or stop()) completes.
     [[nodiscard]] Result<void> listen();
     int port() const;
+    // Where it listens once bound: "http://127.0.0.1:8080", "http://[::1]:8080" (empty on a
+    // unix socket).
+    std::vector<std::string> urls() const;
 
     // Stops accepting work (ready turns false, new requests get 503), lets in-flight requests
     // finish for up to the grace period, cancels the rest, unloads every model (saving KV store

@@ -41,8 +41,10 @@ Reply::Step Reply::advance(llama_context* ctx, int index, std::size_t n_past, st
     piece.token = token;
     if (options_.logprobs || options_.top_logprobs > 0) {
         TokenLogprobs lp =
-            logprobs_from_logits(llama_get_logits_ith(ctx, index), tokenizer_.vocab_size(), token,
-                                 options_.top_logprobs);
+            options_.post_sampling_probs
+                ? sampler_.post_sampling(token, options_.top_logprobs)
+                : logprobs_from_logits(llama_get_logits_ith(ctx, index), tokenizer_.vocab_size(),
+                                       token, options_.top_logprobs);
         lp.chosen.piece = tokenizer_.piece(token, false).value_or("");
         for (auto& alt : lp.top) alt.piece = tokenizer_.piece(alt.token, false).value_or("");
         result_.logprobs.push_back(lp);

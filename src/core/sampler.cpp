@@ -305,6 +305,7 @@ Result<Sampler> Sampler::create(const ModelState& model, const SamplingParams& p
                           p.dry_multiplier == 0 && p.xtc_probability == 0 && p.typical_p >= 1.0f &&
                           n_suppress == 0;
         sampler.ignore_eos_ = ignore_eos;
+        sampler.greedy_ = p.temperature <= 0 && p.mirostat == 0;
         sampler.vocab_ = model.vocab;
         return sampler;
     } catch (const std::exception& e) {
@@ -342,6 +343,24 @@ Result<Token> Sampler::sample_and_accept(llama_context* ctx, int index) {
     } catch (const std::exception& e) {
         return fail(ErrorCode::invalid_grammar, std::string("sampling failed: ") + e.what());
     }
+}
+
+TokenLogprobs Sampler::post_sampling(Token chosen, int top_n) const {
+    TokenLogprobs out;
+    out.chosen = {chosen, {}, 0.0f};
+    if (greedy_ || argmax_) {
+        if (top_n > 0) out.top.push_back(out.chosen);
+        return out;
+    }
+    const llama_token_data_array* cur = common_sampler_get_candidates(sampler_.get(), true);
+    if (!cur) return out;
+    for (std::size_t i = 0; i < cur->size; ++i)
+        if (cur->data[i].id == chosen) out.chosen.logprob = std::log(cur->data[i].p);
+    for (std::size_t i = 0; i < cur->size && static_cast<int>(i) < top_n; ++i) {
+        if (!(cur->data[i].p > 0.0f)) break;  // sorted: the rest are 0 too
+        out.top.push_back({cur->data[i].id, {}, std::log(cur->data[i].p)});
+    }
+    return out;
 }
 
 TokenLogprobs logprobs_from_logits(const float* logits, int n_vocab, Token chosen, int top_n) {

@@ -32,6 +32,9 @@ class Sampler {
     // Samples from the logits of output `index` of the last decode and accepts the token once.
     // Fails (invalid_grammar) when the constraints leave no token that may be chosen.
     Result<Token> sample_and_accept(llama_context* ctx, int index);
+    // The last sample's chosen token and top_n candidates as the chain left them (probabilities
+    // over what its filters kept; none of probability 0).
+    TokenLogprobs post_sampling(Token chosen, int top_n) const;
 
   private:
     struct Deleter {
@@ -43,6 +46,7 @@ class Sampler {
     // Plain greedy decoding (no constraint, bias or penalty can change the winner) takes the
     // argmax of the logits directly instead of running the whole chain over the vocabulary.
     bool argmax_ = false;
+    bool greedy_ = false;  // temperature 0: the pick is certain
     bool ignore_eos_ = false;
     const llama_vocab* vocab_ = nullptr;
 };

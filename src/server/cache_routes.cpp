@@ -42,8 +42,8 @@ void ServerState::register_cache_routes() {
             res.set_content(dump(act(req)), "application/json");
         };
     };
-    http.Get("/cache",
-             with_store([this](const httplib::Request&) { return stats_json(store->stats()); }));
+    get("/cache",
+        with_store([this](const httplib::Request&) { return stats_json(store->stats()); }));
     post("/cache/clear", with_store([this](const httplib::Request&) {
              return json{{"removed", store->clear()}};
          }));

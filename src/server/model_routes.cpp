@@ -113,7 +113,7 @@ void ServerState::list_models(httplib::Response& res) const {
 void ServerState::register_model_routes() {
     using Req = const httplib::Request&;
     using Res = httplib::Response&;
-    http.Get(R"(/models/(.+))", [this](Req req, Res res) {
+    get(R"(/models/(.+))", [this](Req req, Res res) {
         auto found = models.find(req.matches[1].str());
         if (!found) throw HttpException{model_error(found.error())};
         res.set_content(dump(model_json(*found)), "application/json");

@@ -63,18 +63,21 @@ double finite_logprob(float lp) {
     return std::isfinite(lp) ? lp : std::numeric_limits<float>::lowest();
 }
 
-json probability_json(const TokenProbability& p) {
-    return {{"id", p.token},
-            {"token", p.piece},
-            {"bytes", bytes_json(p.piece)},
-            {"logprob", finite_logprob(p.logprob)}};
+// Post-sampling probabilities are given as "prob", as llama-server gives them.
+json probability_json(const TokenProbability& p, bool post_sampling) {
+    json out = {{"id", p.token}, {"token", p.piece}, {"bytes", bytes_json(p.piece)}};
+    if (post_sampling)
+        out["prob"] = std::exp(static_cast<double>(p.logprob));
+    else
+        out["logprob"] = finite_logprob(p.logprob);
+    return out;
 }
 
-json probabilities_json(const TokenLogprobs& t) {
-    json entry = probability_json(t.chosen);
+json probabilities_json(const TokenLogprobs& t, bool post_sampling) {
+    json entry = probability_json(t.chosen, post_sampling);
     json top = json::array();
-    for (const TokenProbability& alt : t.top) top.push_back(probability_json(alt));
-    entry["top_logprobs"] = std::move(top);
+    for (const TokenProbability& alt : t.top) top.push_back(probability_json(alt, post_sampling));
+    entry[post_sampling ? "top_probs" : "top_logprobs"] = std::move(top);
     return entry;
 }
 
@@ -168,7 +171,8 @@ json native_final_json(const Completion& done, const GenerateOptions& options,
         {"timings", timings_json(g)}};
     if (options.logprobs && !c.stream) {
         json probs = json::array();
-        for (const TokenLogprobs& t : g.logprobs) probs.push_back(probabilities_json(t));
+        for (const TokenLogprobs& t : g.logprobs)
+            probs.push_back(probabilities_json(t, options.post_sampling_probs));
         out["completion_probabilities"] = std::move(probs);
     }
     return out;
@@ -183,7 +187,8 @@ json native_chunk_json(const StreamPiece& piece, int predicted, const NativeRepl
                 {"tokens_predicted", predicted},
                 {"tokens_evaluated", c.prompt_tokens}};
     if (piece.logprobs)
-        out["completion_probabilities"] = json::array({probabilities_json(*piece.logprobs)});
+        out["completion_probabilities"] =
+            json::array({probabilities_json(*piece.logprobs, c.post_sampling_probs)});
     return out;
 }
 

@@ -19,8 +19,9 @@ struct NativeReplyContext {
     int prompt_tokens = 0;    // tokens_evaluated
     int n_ctx = 0;            // the sequence's context, for "truncated"
     bool stream = false;
-    bool return_tokens = false;  // the final object lists the generated token ids
-    std::size_t index = 0;       // of the prompt, when a request has several
+    bool return_tokens = false;        // the final object lists the generated token ids
+    bool post_sampling_probs = false;  // probabilities as "prob", after the sampling chain
+    std::size_t index = 0;             // of the prompt, when a request has several
 };
 
 // A prompt as llama-server shows it: detokenized with its special tokens.

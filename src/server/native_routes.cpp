@@ -86,9 +86,8 @@ NativeRequest parse_native(const json& body, const ServedModel& m) {
     r.generation = parse_generation(body, limits, m.lease.defaults());
     if (const json* v = optional_field(body, "return_tokens"))
         r.return_tokens = bool_field(*v, "return_tokens");
-    if (const json* v = optional_field(body, "post_sampling_probs");
-        v && bool_field(*v, "post_sampling_probs"))
-        reject_field("post_sampling_probs", "llamapp reports probabilities before sampling only");
+    if (const json* v = optional_field(body, "post_sampling_probs"))
+        r.generation.engine.options.post_sampling_probs = bool_field(*v, "post_sampling_probs");
     r.response_fields = string_list(body, "response_fields");
     return r;
 }
@@ -147,7 +146,8 @@ void ServerState::native_completion(const httplib::Request& req, httplib::Respon
     NativeReplyContext context{.model = served.lease.id(),
                                .n_ctx = engine.n_ctx(),
                                .stream = g.stream,
-                               .return_tokens = native.return_tokens};
+                               .return_tokens = native.return_tokens,
+                               .post_sampling_probs = g.engine.options.post_sampling_probs};
     g.engine.options.timeout = options.request_timeout;
     g.engine.max_prompt_tokens = static_cast<std::size_t>(served.max_prompt_tokens);
     const std::string id = fmt::format("cmpl-{}", next_id.fetch_add(1) + 1);
@@ -334,8 +334,8 @@ void ServerState::register_native_routes() {
     post("/apply-template", [this](Req req, Res res) { apply_template(req, res); });
     for (const char* path : {"/chat/completions/input_tokens", "/v1/chat/completions/input_tokens"})
         post(path, [this](Req req, Res res) { count_chat_tokens(req, res); });
-    http.Get("/props", [this](Req req, Res res) { props(req, res); });
-    http.Get("/slots", [this](Req req, Res res) { slots(req, res); });
+    get("/props", [this](Req req, Res res) { props(req, res); });
+    get("/slots", [this](Req req, Res res) { slots(req, res); });
     post("/slots/:id_slot", [this](Req req, Res res) { slot_action(req, res); });
 }
 

@@ -49,55 +49,58 @@ void ServerState::register_predict_route() {
         for (const auto& [path, handler] : post_routes)
             if (path.starts_with("/v1/") == v1) names.emplace(camel_case_name(path), path);
 
-    http.Post(options.predict_route, [this, names = std::move(names)](const httplib::Request& req,
-                                                                      httplib::Response& res) {
-        const json body = parse_body(req.body);
-        const json* instances = optional_field(body, "instances");
-        if (!instances || !instances->is_array())
-            reject_field("instances", "the body needs an array named 'instances'", "invalid_type");
-        if (instances->size() > max_instances)
-            reject_field("instances", fmt::format("at most {} instances", max_instances));
-        // Run one instance through its route's handler, as a request of its own.
-        auto run = [this, &req, &names](json instance) -> json {
-            if (!instance.is_object())
-                return error_prediction(invalid("instances", "each instance must be an object"));
-            const json* format = optional_field(instance, "@requestFormat");
-            if (!format || !format->is_string())
-                return error_prediction(
-                    invalid("@requestFormat", "each instance needs a string '@requestFormat'"));
-            const std::string name = format->get<std::string>();
-            const auto by_name = names.find(name);
-            const std::string path = by_name != names.end() ? by_name->second : name;
-            const auto route = post_routes.find(path);
-            if (route == post_routes.end())
-                return error_prediction(
-                    invalid("@requestFormat", fmt::format("no route for '{}'", name)));
-            instance.erase("@requestFormat");
-            if (instance.contains("stream")) instance["stream"] = false;  // one answer each
-            httplib::Request inner;
-            inner.method = "POST";
-            inner.path = path;
-            inner.headers = req.headers;
-            inner.body = instance.dump();
-            inner.is_connection_closed = [&req] { return req.is_connection_closed(); };
-            httplib::Response out;
-            try {
-                route->second(inner, out);
-            } catch (const HttpException& e) {
-                return error_prediction(e.error);
-            } catch (const std::exception& e) {
-                return error_prediction(http_error(Error{ErrorCode::internal, e.what(), {}}));
-            }
-            const json reply = json::parse(out.body, nullptr, false);
-            return reply.is_discarded() ? json(out.body) : reply;
-        };
-        std::vector<std::future<json>> running;
-        for (const json& instance : *instances)
-            running.push_back(std::async(std::launch::async, run, instance));
-        json predictions = json::array();
-        for (auto& r : running) predictions.push_back(r.get());
-        res.set_content(dump(json{{"predictions", std::move(predictions)}}), "application/json");
-    });
+    route(Method::post, options.predict_route,
+          [this, names = std::move(names)](const httplib::Request& req, httplib::Response& res) {
+              const json body = parse_body(req.body);
+              const json* instances = optional_field(body, "instances");
+              if (!instances || !instances->is_array())
+                  reject_field("instances", "the body needs an array named 'instances'",
+                               "invalid_type");
+              if (instances->size() > max_instances)
+                  reject_field("instances", fmt::format("at most {} instances", max_instances));
+              // Run one instance through its route's handler, as a request of its own.
+              auto run = [this, &req, &names](json instance) -> json {
+                  if (!instance.is_object())
+                      return error_prediction(
+                          invalid("instances", "each instance must be an object"));
+                  const json* format = optional_field(instance, "@requestFormat");
+                  if (!format || !format->is_string())
+                      return error_prediction(invalid(
+                          "@requestFormat", "each instance needs a string '@requestFormat'"));
+                  const std::string name = format->get<std::string>();
+                  const auto by_name = names.find(name);
+                  const std::string path = by_name != names.end() ? by_name->second : name;
+                  const auto route = post_routes.find(path);
+                  if (route == post_routes.end())
+                      return error_prediction(
+                          invalid("@requestFormat", fmt::format("no route for '{}'", name)));
+                  instance.erase("@requestFormat");
+                  if (instance.contains("stream")) instance["stream"] = false;  // one answer each
+                  httplib::Request inner;
+                  inner.method = "POST";
+                  inner.path = path;
+                  inner.headers = req.headers;
+                  inner.body = instance.dump();
+                  inner.is_connection_closed = [&req] { return req.is_connection_closed(); };
+                  httplib::Response out;
+                  try {
+                      route->second(inner, out);
+                  } catch (const HttpException& e) {
+                      return error_prediction(e.error);
+                  } catch (const std::exception& e) {
+                      return error_prediction(http_error(Error{ErrorCode::internal, e.what(), {}}));
+                  }
+                  const json reply = json::parse(out.body, nullptr, false);
+                  return reply.is_discarded() ? json(out.body) : reply;
+              };
+              std::vector<std::future<json>> running;
+              for (const json& instance : *instances)
+                  running.push_back(std::async(std::launch::async, run, instance));
+              json predictions = json::array();
+              for (auto& r : running) predictions.push_back(r.get());
+              res.set_content(dump(json{{"predictions", std::move(predictions)}}),
+                              "application/json");
+          });
 }
 
 }  // namespace llamapp::detail

@@ -371,13 +371,13 @@ void ServerState::register_responses_routes() {
     for (const char* path : {"/v1/responses/input_tokens", "/responses/input_tokens"})
         post(path, [this](Req req, Res res) { count_response_tokens(req, res); });
     for (const char* path : {R"(/v1/responses/([^/]+))", R"(/responses/([^/]+))"}) {
-        http.Get(path, [this](Req req, Res res) {
+        get(path, [this](Req req, Res res) {
             const std::string id = req.matches[1];
             auto r = stored_responses.get(id);
             if (!r) throw HttpException{response_not_found(id)};
             res.set_content(dump(r->response), "application/json");
         });
-        http.Delete(path, [this](Req req, Res res) {
+        del(path, [this](Req req, Res res) {
             const std::string id = req.matches[1];
             if (!stored_responses.erase(id)) throw HttpException{response_not_found(id)};
             res.set_content(dump(json{{"id", id}, {"object", "response"}, {"deleted", true}}),

@@ -22,6 +22,20 @@ bool constant_time_equal(const std::string& a, const std::string& b) {
     return diff == 0;
 }
 
+std::vector<std::string> listen_addresses(const std::string& host) {
+    std::vector<std::string> out;
+    std::size_t from = 0;
+    while (from <= host.size()) {
+        const std::size_t comma = std::min(host.find(',', from), host.size());
+        std::string one = host.substr(from, comma - from);
+        one.erase(0, one.find_first_not_of(' '));
+        one.erase(one.find_last_not_of(' ') + 1);
+        if (!one.empty()) out.push_back(std::move(one));
+        from = comma + 1;
+    }
+    return out;
+}
+
 bool public_route(const std::string& path) {
     return path == "/health" || path == "/v1/health" || path == "/health/live" ||
            path == "/health/ready";
@@ -31,7 +45,7 @@ bool public_route(const std::string& path) {
 
 Server::Server(std::unique_ptr<ServerState> state) : state_(std::move(state)) {}
 Server::~Server() {
-    if (state_) state_->http.stop();
+    if (state_) state_->stop_listening();
 }
 
 Result<std::unique_ptr<Server>> Server::create(ModelManager& models, ServerOptions options) {
@@ -51,28 +65,15 @@ Result<std::unique_ptr<Server>> Server::create(ModelManager& models, ServerOptio
     for (const ModelListing& m : models.list())
         if (m.capabilities.generate)
             capacity += static_cast<std::size_t>(m.slots) + m.max_queued_requests;
-    const std::size_t threads = options.http_threads > 0
-                                    ? static_cast<std::size_t>(options.http_threads)
-                                    : std::min<std::size_t>(capacity, 1024) + 16;
-    // All started up front: httplib adds a thread only when none is idle at the moment a
-    // connection is queued, so a burst can strand connections behind long requests.
-    s.http.new_task_queue = [threads] { return new httplib::ThreadPool(threads, threads); };
-    s.http.set_payload_max_length(options.max_body_bytes);
-    s.http.set_read_timeout(std::chrono::seconds(60));
-    s.http.set_write_timeout(std::chrono::seconds(60));
-    // Streamed tokens are small writes; Nagle would hold each until the previous one is acked.
-    s.http.set_tcp_nodelay(true);
+    s.http_threads = options.http_threads > 0 ? static_cast<std::size_t>(options.http_threads)
+                                              : std::min<std::size_t>(capacity, 1024) + 16;
+    s.configure(s.http);
     s.register_routes();
     return std::unique_ptr<Server>(new Server(std::move(state)));
 }
 
 Result<void> Server::bind() {
     ServerState& s = *state_;
-    // SO_REUSEADDR, not httplib's SO_REUSEPORT: a restart may bind while the last run's
-    // connections linger in TIME_WAIT, but a second server on a port in use fails, instead of
-    // splitting that port's connections with the first.
-    s.http.set_socket_options(
-        [](socket_t sock) { httplib::set_socket_opt(sock, SOL_SOCKET, SO_REUSEADDR, 1); });
     if (!s.options.unix_socket.empty()) {
         s.http.set_address_family(AF_UNIX);
         if (!s.http.bind_to_port(s.options.unix_socket, 80))
@@ -80,26 +81,53 @@ Result<void> Server::bind() {
                         s.options.unix_socket);
         return {};
     }
+    // llama-server's comma-separated host: every address at the same port (the first one's
+    // when the port is 0).
+    const std::vector<std::string> hosts = listen_addresses(s.options.host);
+    if (hosts.empty()) return fail(ErrorCode::invalid_argument, "no address to listen on", "host");
     if (s.options.port == 0) {
-        s.port = s.http.bind_to_any_port(s.options.host);
+        s.port = s.http.bind_to_any_port(hosts.front());
         if (s.port < 0) s.port = 0;
-    } else if (s.http.bind_to_port(s.options.host, s.options.port)) {
+    } else if (s.http.bind_to_port(hosts.front(), s.options.port)) {
         s.port = s.options.port;
     }
     if (s.port == 0)
         return fail(ErrorCode::io_error, "cannot listen on the address (is the port taken?)",
-                    fmt::format("{}:{}", s.options.host, s.options.port));
+                    fmt::format("{}:{}", hosts.front(), s.options.port));
+    for (std::size_t i = 1; i < hosts.size(); ++i) {
+        if (!s.listen_also(hosts[i])) {
+            s.stop_listening();
+            return fail(ErrorCode::io_error, "cannot listen on the address (is the port taken?)",
+                        fmt::format("{}:{}", hosts[i], s.port));
+        }
+    }
     return {};
 }
 
 Result<void> Server::listen() {
-    if (!state_->http.listen_after_bind())
-        return fail(ErrorCode::io_error, "the listener stopped unexpectedly");
+    ServerState& s = *state_;
+    std::vector<std::thread> others;
+    for (auto& l : s.more_listeners)
+        others.emplace_back([listener = l.get()] { listener->listen_after_bind(); });
+    const bool served = s.http.listen_after_bind();
+    s.stop_listening();
+    for (std::thread& t : others) t.join();
+    if (!served) return fail(ErrorCode::io_error, "the listener stopped unexpectedly");
     return {};
 }
 
 int Server::port() const {
     return state_->port;
+}
+
+std::vector<std::string> Server::urls() const {
+    std::vector<std::string> out;
+    if (!state_->options.unix_socket.empty()) return out;
+    for (const std::string& host : listen_addresses(state_->options.host))
+        out.push_back(host.find(':') != std::string::npos
+                          ? fmt::format("http://[{}]:{}", host, state_->port)
+                          : fmt::format("http://{}:{}", host, state_->port));
+    return out;
 }
 
 void Server::drain() {
@@ -113,7 +141,7 @@ void Server::drain() {
         // Cancels what is left; their streams end with an error event; entries are saved.
         s.models.unload_all(std::chrono::milliseconds{0});
         while (s.in_flight.load() > 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-        s.http.stop();
+        s.stop_listening();
     });
 }
 
@@ -215,20 +243,35 @@ void ServerState::answer_protocol_error(const httplib::Request& req, httplib::Re
     }
 }
 
-void ServerState::install_hooks() {
-    http.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
+void ServerState::configure(httplib::Server& listener) {
+    // All started up front: httplib adds a thread only when none is idle at the moment a
+    // connection is queued, so a burst can strand connections behind long requests.
+    listener.new_task_queue = [threads = http_threads] {
+        return new httplib::ThreadPool(threads, threads);
+    };
+    listener.set_payload_max_length(options.max_body_bytes);
+    listener.set_read_timeout(std::chrono::seconds(60));
+    listener.set_write_timeout(std::chrono::seconds(60));
+    // Streamed tokens are small writes; Nagle would hold each until the previous one is acked.
+    listener.set_tcp_nodelay(true);
+    // SO_REUSEADDR, not httplib's SO_REUSEPORT: a restart may bind while the last run's
+    // connections linger in TIME_WAIT, but a second server on a port in use fails, instead of
+    // splitting that port's connections with the first.
+    listener.set_socket_options(
+        [](socket_t sock) { httplib::set_socket_opt(sock, SOL_SOCKET, SO_REUSEADDR, 1); });
+    listener.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
         std::string fields = std::exchange(pending_log_fields(), {});
         if (res.get_header_value("Content-Type") == "text/event-stream") return;  // logs itself
         access_log(req.method, req.path, res.status, res.body.size(),
                    res.get_header_value("X-Request-Id"), fields);
     });
-    http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    listener.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
         return pre_route(req, res);
     });
-    http.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
+    listener.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
         answer_protocol_error(req, res);
     });
-    http.set_exception_handler(
+    listener.set_exception_handler(
         [this](const httplib::Request& req, httplib::Response& res, std::exception_ptr ep) {
             HttpError e = http_error(Error{ErrorCode::internal, "internal error", {}});
             try {
@@ -271,23 +314,56 @@ void ServerState::health(httplib::Response& res) const {
     res.set_content(dump(body), "application/json");
 }
 
+void ServerState::route(Method method, const std::string& pattern,
+                        httplib::Server::Handler handler) {
+    routes.push_back({method, pattern, handler});
+    switch (method) {
+        case Method::get:
+            http.Get(pattern, std::move(handler));
+            break;
+        case Method::post:
+            http.Post(pattern, std::move(handler));
+            break;
+        case Method::del:
+            http.Delete(pattern, std::move(handler));
+            break;
+    }
+}
+
 void ServerState::post(const std::string& path, httplib::Server::Handler handler) {
     post_routes.emplace(path, handler);
-    http.Post(path, std::move(handler));
+    route(Method::post, path, std::move(handler));
+}
+
+bool ServerState::listen_also(const std::string& host) {
+    auto listener = std::make_unique<httplib::Server>();
+    configure(*listener);
+    for (const Route& r : routes) {
+        if (r.method == Method::get) listener->Get(r.pattern, r.handler);
+        if (r.method == Method::post) listener->Post(r.pattern, r.handler);
+        if (r.method == Method::del) listener->Delete(r.pattern, r.handler);
+    }
+    if (!listener->bind_to_port(host, port)) return false;
+    more_listeners.push_back(std::move(listener));
+    return true;
+}
+
+void ServerState::stop_listening() {
+    http.stop();
+    for (auto& l : more_listeners) l->stop();
 }
 
 void ServerState::register_routes() {
-    install_hooks();
     using Req = const httplib::Request&;
     using Res = httplib::Response&;
-    http.Get("/health", [this](Req, Res res) { health(res); });
-    http.Get("/health/ready", [this](Req, Res res) { health(res); });
-    http.Get("/v1/health", [this](Req, Res res) { health(res); });
-    http.Get("/health/live",
-             [](Req, Res res) { res.set_content(R"({"status":"ok"})", "application/json"); });
-    http.Get("/v1/models", [this](Req, Res res) { list_models(res); });
+    get("/health", [this](Req, Res res) { health(res); });
+    get("/health/ready", [this](Req, Res res) { health(res); });
+    get("/v1/health", [this](Req, Res res) { health(res); });
+    get("/health/live",
+        [](Req, Res res) { res.set_content(R"({"status":"ok"})", "application/json"); });
+    get("/v1/models", [this](Req, Res res) { list_models(res); });
     // llama-server's clients read the process start from a header of /metrics.
-    http.Get("/metrics", [this, started = unix_now()](Req, Res res) {
+    get("/metrics", [this, started = unix_now()](Req, Res res) {
         res.set_header("Process-Start-Time-Unix", std::to_string(started));
         std::string text = models.metrics().prometheus_text();
         if (store && &store->metrics() != &models.metrics())
@@ -303,14 +379,14 @@ void ServerState::register_routes() {
     post("/v1/chat/completions", [this](Req req, Res res) { generate(req, res, true); });
     // llama-server's unprefixed names (its /completions is the native route).
     post("/chat/completions", [this](Req req, Res res) { generate(req, res, true); });
-    http.Get("/models", [this](Req, Res res) { list_models(res); });
+    get("/models", [this](Req, Res res) { list_models(res); });
     register_native_routes();
     register_anthropic_routes();
     register_responses_routes();
     register_cache_routes();
     register_model_routes();
     if (!options.health_route.empty())
-        http.Get(options.health_route, [this](Req, Res res) { health(res); });
+        get(options.health_route, [this](Req, Res res) { health(res); });
     register_predict_route();  // last: it dispatches to the routes above
 }
 

@@ -7,6 +7,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <vector>
 
 #include "llamapp/chat.hpp"
 #include "llamapp/chat_stream.hpp"
@@ -79,13 +80,38 @@ struct ServerState {
     int port = 0;
     std::once_flag drained;
 
+    // The listeners of the other addresses of a comma-separated host (Server::bind): each
+    // serves every route, with the same limits and hooks as `http`.
+    std::vector<std::unique_ptr<httplib::Server>> more_listeners;
+    std::size_t http_threads = 0;  // per listener
+    enum class Method { get, post, del };
+    struct Route {
+        Method method;
+        std::string pattern;
+        httplib::Server::Handler handler;
+    };
+    std::vector<Route> routes;  // every route, for more_listeners
     // Every POST route by path, for the prediction route's dispatch (predict_route.cpp).
     std::map<std::string, httplib::Server::Handler> post_routes;
 
     void register_routes();
+    // Registers on `http` and keeps the route for the other listeners.
+    void route(Method method, const std::string& pattern, httplib::Server::Handler handler);
+    void get(const std::string& pattern, httplib::Server::Handler handler) {
+        route(Method::get, pattern, std::move(handler));
+    }
     void post(const std::string& path, httplib::Server::Handler handler);
+    void del(const std::string& pattern, httplib::Server::Handler handler) {
+        route(Method::del, pattern, std::move(handler));
+    }
     void register_predict_route();
-    void install_hooks();  // logging, CORS, auth, drain and the error shapes around every route
+    // Threads, limits, socket options, then logging, CORS, auth, drain and the error shapes
+    // around every route.
+    void configure(httplib::Server& listener);
+    // A listener on `host` (one of a comma-separated list) with every route; `port` is the first
+    // listener's. False when the address cannot be bound.
+    bool listen_also(const std::string& host);
+    void stop_listening();
     httplib::Server::HandlerResponse pre_route(const httplib::Request& req, httplib::Response& res);
     void answer_protocol_error(const httplib::Request& req, httplib::Response& res);
     void health(httplib::Response& res) const;

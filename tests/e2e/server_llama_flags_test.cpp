@@ -281,3 +281,39 @@ TEST(LlamaServerFlags, VertexAiPredictionsRunEachInstanceThroughItsRoute) {
     post(c, "/predict", {{"instances", "none"}}, 400);
     post(c, "/predict", {{"other", json::array()}}, 400);
 }
+
+// llama-server's comma-separated --host: every address at the same port, each serving every
+// route; an address that cannot be bound stops the server, named.
+TEST(LlamaServerFlags, EveryAddressOfACommaListedHostServes) {
+    {
+        const int fd = ::socket(AF_INET6, SOCK_STREAM, 0);
+        sockaddr_in6 addr{};
+        addr.sin6_family = AF_INET6;
+        addr.sin6_addr = in6addr_loopback;
+        const bool ipv6 =
+            fd >= 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+        if (fd >= 0) ::close(fd);
+        if (!ipv6) GTEST_SKIP() << "IPv6 loopback is unavailable";
+    }
+    ServerProcess server({"-m", shared_model("stories260K.gguf").string(), "-c", "256", "-t", "2",
+                          "-np", "1", "--host", "127.0.0.1,::1", "--api-key", "k"});
+    EXPECT_NE(server.log().find("serving on http://[::1]:" + std::to_string(server.port())),
+              std::string::npos)
+        << server.log();
+    for (const char* host : {"127.0.0.1", "::1"}) {
+        httplib::Client c(host, server.port());
+        c.set_bearer_token_auth("k");
+        auto health = c.Get("/health");
+        ASSERT_TRUE(health) << host;
+        EXPECT_EQ(health->status, 200) << host;
+        const json body = {{"prompt", "Once upon a time"}, {"max_tokens", 3}};
+        EXPECT_EQ(post(c, "/v1/completions", body)["usage"]["completion_tokens"], 3) << host;
+        c.set_bearer_token_auth("wrong");
+        EXPECT_EQ(c.Post("/v1/completions", body.dump(), "application/json")->status, 401);
+    }
+    const CommandResult r = run_command(binary("llamapp").string() + " serve -m " +
+                                        shared_model("stories260K.gguf").string() +
+                                        " --port 0 --host 127.0.0.1,192.0.2.1 2>&1");
+    EXPECT_EQ(r.status, 1) << r.out;
+    EXPECT_NE(r.out.find("192.0.2.1"), std::string::npos) << r.out;
+}

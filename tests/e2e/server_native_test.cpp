@@ -171,7 +171,7 @@ TEST_F(NativeRoutes, BadInputIsA400AndTheServerKeepsServing) {
         {{"prompt", "x"}, {"n_probs", 500}},
         {{"prompt", "x"}, {"logit_bias", {{1}}}},
         {{"prompt", {{"multimodal_data", {"AAAA"}}}}},
-        {{"prompt", "x"}, {"post_sampling_probs", true}},
+        {{"prompt", "x"}, {"post_sampling_probs", "yes"}},
         {{"prompt", {"a", "b"}}, {"stream", true}},
     };
     for (const json& body : bad)

@@ -221,6 +221,49 @@ TEST(Generation, LogprobsAreSortedAndMatchGreedy) {
     }
 }
 
+// llama-server's post_sampling_probs: what the chain left, renormalized; greedy is certain.
+TEST(Generation, PostSamplingProbabilitiesAreWhatTheChainLeft) {
+    Context ctx = test::stories_context();
+    GenerateOptions o = greedy(8);
+    o.sampling.temperature = 1.0f;
+    o.sampling.top_k = 4;
+    o.sampling.top_p = 1.0f;
+    o.sampling.min_p = 0.0f;
+    o.sampling.seed = 11;
+    o.top_logprobs = 10;
+    o.post_sampling_probs = true;
+    auto r = ctx.generate(kPrompt, o);
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->logprobs.size(), 8u);
+    for (const auto& lp : r->logprobs) {
+        ASSERT_FALSE(lp.top.empty());
+        EXPECT_LE(lp.top.size(), 4u);  // top_k kept at most four
+        double sum = 0;
+        bool chosen_listed = false;
+        for (std::size_t i = 0; i < lp.top.size(); ++i) {
+            sum += std::exp(lp.top[i].logprob);
+            chosen_listed = chosen_listed || lp.top[i].token == lp.chosen.token;
+            if (i > 0) {
+                EXPECT_GE(lp.top[i - 1].logprob, lp.top[i].logprob);
+            }
+        }
+        EXPECT_NEAR(sum, 1.0, 1e-4);
+        EXPECT_TRUE(chosen_listed);
+        EXPECT_LE(lp.chosen.logprob, 0.0f);
+    }
+    ASSERT_TRUE(ctx.clear());
+    GenerateOptions g = greedy(3);
+    g.top_logprobs = 5;
+    g.post_sampling_probs = true;
+    auto certain = ctx.generate(kPrompt, g);
+    ASSERT_TRUE(certain);
+    for (const auto& lp : certain->logprobs) {
+        EXPECT_EQ(lp.chosen.logprob, 0.0f);
+        ASSERT_EQ(lp.top.size(), 1u);
+        EXPECT_EQ(lp.top[0].token, lp.chosen.token);
+    }
+}
+
 TEST(Generation, PrefixReuseGivesTheColdOutput) {
     Context ctx = test::stories_context();
     const std::string base = "Once upon a time, there was a little girl named Lily.";
