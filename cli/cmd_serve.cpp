@@ -4,6 +4,8 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include <nlohmann/json.hpp>
+
 #include <charconv>
 #include <cstdio>
 #include <cstdlib>
@@ -64,6 +66,18 @@ void add_model_flags(CLI::App& cmd, ServeFlags& flags) {
                      "stays in the content (deepseek-legacy, both at once, is not supported)")
         ->check(CLI::IsMember({"none", "deepseek", "auto"}))
         ->capture_default_str();
+    add_llama_option(cmd, "--chat-template-kwargs", flags.chat_template_kwargs,
+                     "a JSON object of variables every chat template gets; a request's own "
+                     "chat_template_kwargs replace them by name");
+    add_llama_option(cmd, "--reasoning-effort", flags.reasoning_effort,
+                     "the reasoning_effort variable of the chat template (minimal, low, medium, "
+                     "high, xhigh, max), or default: the template's own")
+        ->capture_default_str();
+    cmd.add_flag("--reasoning-preserve{true},--no-reasoning-preserve{false}",
+                 flags.reasoning_preserve,
+                 "the template keeps the thinking of earlier turns (preserve_reasoning), where "
+                 "it can; unset: the template's default")
+        ->envname(llama_env("--reasoning-preserve"));
     add_llama_switch(cmd, "--prefill-assistant", flags.prefill_assistant,
                      "continue a chat's last message when it is the assistant's (default; "
                      "--no-prefill-assistant: answer it with a turn of its own)");
@@ -86,6 +100,30 @@ void add_model_flags(CLI::App& cmd, ServeFlags& flags) {
                    "how a decode call is split between streams and prompts: decode_maximal, "
                    "prefill_priority, balanced or first_token_first")
         ->capture_default_str();
+}
+
+// --chat-template-kwargs, --reasoning-effort and --reasoning-preserve, as llama-server merges
+// them: the later flags win over the object's keys of the same name.
+Result<std::map<std::string, std::string>> template_variables(const ServeFlags& flags) {
+    std::map<std::string, std::string> out;
+    if (!flags.chat_template_kwargs.empty()) {
+        const auto object = nlohmann::json::parse(flags.chat_template_kwargs, nullptr, false);
+        if (!object.is_object())
+            return fail(ErrorCode::invalid_argument, "must be a JSON object",
+                        "--chat-template-kwargs");
+        for (const auto& [name, value] : object.items()) out[name] = value.dump();
+    }
+    if (flags.reasoning_effort != "default")
+        out["reasoning_effort"] = nlohmann::json(flags.reasoning_effort).dump();
+    const std::string& keep = flags.reasoning_preserve;
+    if (keep == "true" || keep == "1" || keep == "on")
+        out["preserve_reasoning"] = "true";
+    else if (keep == "false" || keep == "0" || keep == "off")
+        out["preserve_reasoning"] = "false";
+    else if (!keep.empty())
+        return fail(ErrorCode::invalid_argument, "must be true or false",
+                    "--reasoning-preserve=" + keep);
+    return out;
 }
 
 Result<ModelSpec> model_defaults(const ServeFlags& flags) {
@@ -113,6 +151,9 @@ Result<ModelSpec> model_defaults(const ServeFlags& flags) {
     if (flags.reasoning != "auto") s.defaults.enable_thinking = flags.reasoning == "on";
     s.defaults.split_reasoning = flags.reasoning_format != "none";
     s.defaults.prefill_assistant = flags.prefill_assistant;
+    auto variables = template_variables(flags);
+    if (!variables) return std::unexpected(variables.error());
+    s.defaults.template_variables = std::move(*variables);
     if (flags.n_predict == 0)
         return fail(ErrorCode::invalid_argument, "must be -1 or at least 1", "--n-predict");
     if (flags.embeddings) s.embed = true;

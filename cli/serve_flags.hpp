@@ -33,6 +33,9 @@ struct ServeFlags {
     bool jinja = true;
     std::string reasoning = "auto";         // on, off or auto
     std::string reasoning_format = "auto";  // none, deepseek or auto
+    std::string chat_template_kwargs;       // a JSON object
+    std::string reasoning_effort = "default";
+    std::string reasoning_preserve;  // true, false, or empty: the template's default
     bool prefill_assistant = true;
     std::string pooling;
     std::vector<std::string> aliases;  // of the first -m model: its id, then further names

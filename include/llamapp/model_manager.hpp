@@ -44,6 +44,10 @@ struct RequestDefaults {
     // Chat: a last message from the assistant is continued, not answered (llama-server's
     // --prefill-assistant); a request's continue_final_message says so explicitly.
     bool prefill_assistant = true;
+    // Chat: variables every request's template gets (name -> JSON value as text; llama-server's
+    // --chat-template-kwargs, --reasoning-effort, --reasoning-preserve); a request's own
+    // chat_template_kwargs replace them by name.
+    std::map<std::string, std::string> template_variables;
 };
 
 struct ModelSpec {

@@ -299,6 +299,10 @@ void parse_common(const json& body, const RequestLimits& limits, const RequestDe
     if (const json* v = optional_field(body, "reasoning_budget_message"))
         s.reasoning.message = string_field(*v, "reasoning_budget_message");
     out.render.split_reasoning = defaults.split_reasoning;
+    out.render.template_variables = defaults.template_variables;
+    if (const auto it = defaults.template_variables.find("enable_thinking");
+        it != defaults.template_variables.end())
+        out.render.enable_thinking = it->second == "true";
     if (const json* v = optional_field(body, "reasoning_format")) {
         const std::string f = string_field(*v, "reasoning_format");
         if (f != "none" && f != "deepseek" && f != "auto")

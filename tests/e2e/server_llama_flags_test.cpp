@@ -192,7 +192,7 @@ TEST(LlamaServerFlags, AnAssistantPrefillIsContinuedAndVerboseShowsThePrompt) {
                        {{"role", "user"}, {"content", "What is the best book"}}}}};
         if (!last.is_null()) body["messages"].push_back({{"role", "assistant"}, {"content", last}});
         body["verbose"] = true;
-        body.update(extra);
+        if (extra.is_object()) body.update(extra);
         return c.Post("/v1/chat/completions", body.dump(), "application/json");
     };
     auto prompt_of = [](const httplib::Result& r) {
@@ -316,4 +316,29 @@ TEST(LlamaServerFlags, EveryAddressOfACommaListedHostServes) {
                                         " --port 0 --host 127.0.0.1,192.0.2.1 2>&1");
     EXPECT_EQ(r.status, 1) << r.out;
     EXPECT_NE(r.out.find("192.0.2.1"), std::string::npos) << r.out;
+}
+
+// --reasoning-effort, --chat-template-kwargs and --reasoning-preserve give every chat template
+// its variables; a request's chat_template_kwargs replace them by name.
+TEST(LlamaServerFlags, TemplateVariablesFromTheCommandLineReachEveryChat) {
+    const std::string oss = llama_source("models/templates/openai-gpt-oss-120b.jinja").string();
+    ServerProcess server({"-m", generated_model("qwen3-tiny.gguf").string(), "-c", "512", "-t", "2",
+                          "-np", "1", "--chat-template-file", oss, "--reasoning-effort", "high",
+                          "--chat-template-kwargs", R"({"reasoning_effort": "minimal"})",
+                          "--no-reasoning-preserve"});
+    auto c = server.client();
+    auto rendered = [&](const json& extra) {
+        json body = {{"messages", {{{"role", "user"}, {"content", "hi"}}}}};
+        if (extra.is_object()) body.update(extra);
+        return post(c, "/apply-template", body)["prompt"].get<std::string>();
+    };
+    // The later flag wins over the object's key of the same name, as in llama-server.
+    EXPECT_NE(rendered(json::object()).find("Reasoning: high"), std::string::npos);
+    EXPECT_NE(
+        rendered({{"chat_template_kwargs", {{"reasoning_effort", "low"}}}}).find("Reasoning: low"),
+        std::string::npos);
+    const CommandResult bad = run_command(binary("llamapp").string() +
+                                          " serve --port 0 --chat-template-kwargs '[1]' 2>&1");
+    EXPECT_EQ(bad.status, 1) << bad.out;
+    EXPECT_NE(bad.out.find("--chat-template-kwargs"), std::string::npos) << bad.out;
 }
