@@ -22,6 +22,7 @@ namespace llamapp::detail {
 struct StoredResponse {
     nlohmann::json response;                // as it was answered (GET /v1/responses/{id})
     std::vector<ChatMessage> conversation;  // input and output, without the instructions
+    nlohmann::json input_items;             // the request's input (GET .../input_items)
 };
 
 struct ResponseStoreLimits {

@@ -16,6 +16,9 @@ struct ResponsesRequest {
     bool store = true;
     // The request's settings a response repeats (instructions, tools, tool_choice, text, ...).
     nlohmann::json echo;
+    // This request's input as items (text input as one user message), for
+    // GET /v1/responses/{id}/input_items.
+    nlohmann::json input_items = nlohmann::json::array();
 };
 
 // A /v1/responses (or input_tokens) body; previous_response_id is looked up in `stored`.

@@ -289,7 +289,12 @@ ResponsesRequest parse_responses(const json& body, const RequestLimits& limits,
     if (!input) reject_field("input", "'input' is required", "missing_required_parameter");
     if (input->is_string()) {
         items.messages.push_back({.role = "user", .content = input->get<std::string>()});
+        out.input_items.push_back(
+            {{"type", "message"},
+             {"role", "user"},
+             {"content", {{{"type", "input_text"}, {"text", input->get<std::string>()}}}}});
     } else if (input->is_array()) {
+        out.input_items = *input;
         for (std::size_t i = 0; i < input->size(); ++i)
             items.add((*input)[i], fmt::format("input[{}]", i));
     } else {

@@ -2,6 +2,7 @@
 // response: OpenAI's Responses shapes over the same chat submission as /v1/chat/completions.
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <random>
 
 #include "llamapp/chat_stream.hpp"
@@ -117,13 +118,52 @@ const char* status_of(const Generation& g) {
 struct Keeper {
     ResponseStore* store = nullptr;  // null: store was false
     std::vector<ChatMessage> conversation;
+    json input_items;
 
     void keep(const std::string& id, const json& response, ChatMessage reply) {
         if (!store) return;
         conversation.push_back(std::move(reply));
-        store->put(id, {response, std::move(conversation)});
+        store->put(id, {response, std::move(conversation), std::move(input_items)});
     }
 };
+
+// OpenAI's list of a response's input items: each with an id (the client's, or one derived from
+// the response's), newest first unless order=asc, at most `limit` (1-100, default 20) after the
+// item `after`.
+json input_items_page(const std::string& response_id, const json& items,
+                      const httplib::Request& req) {
+    json all = json::array();
+    for (std::size_t i = 0; i < items.size(); ++i) {
+        json item =
+            items[i].is_object() ? items[i] : json{{"type", "message"}, {"content", items[i]}};
+        if (!item.contains("id")) item["id"] = fmt::format("in_{}_{}", response_id.substr(5), i);
+        all.push_back(std::move(item));
+    }
+    const std::string order = req.has_param("order") ? req.get_param_value("order") : "desc";
+    if (order != "asc" && order != "desc") reject_field("order", "must be asc or desc");
+    if (order == "desc") std::reverse(all.begin(), all.end());
+    long long limit = 20;
+    if (req.has_param("limit")) {
+        const json n = json::parse(req.get_param_value("limit"), nullptr, false);
+        limit = integer_field(n, "limit", 1, 100);
+    }
+    std::size_t from = 0;
+    if (req.has_param("after")) {
+        const std::string after = req.get_param_value("after");
+        while (from < all.size() && all[from]["id"] != after) ++from;
+        if (from == all.size()) reject_field("after", "no such item in this response");
+        ++from;
+    }
+    json data = json::array();
+    for (std::size_t i = from; i < all.size() && data.size() < static_cast<std::size_t>(limit); ++i)
+        data.push_back(all[i]);
+    const bool more = from + data.size() < all.size();
+    return {{"object", "list"},
+            {"data", data},
+            {"first_id", data.empty() ? json(nullptr) : data.front()["id"]},
+            {"last_id", data.empty() ? json(nullptr) : data.back()["id"]},
+            {"has_more", more}};
+}
 
 // The Responses event stream: each output item is added, grows by deltas and is done before
 // the next one opens (reasoning, then the message, then each call).
@@ -320,7 +360,8 @@ void ServerState::responses(const httplib::Request& req, httplib::Response& res)
     ChatSubmission submitted = submit(served, g, true);
     ResponseFrame frame{"resp_" + random_hex(),       served.lease.id(), unix_now(), request.echo,
                         request.previous_response_id, request.store};
-    Keeper keeper{request.store ? &stored_responses : nullptr, std::move(request.conversation)};
+    Keeper keeper{request.store ? &stored_responses : nullptr, std::move(request.conversation),
+                  std::move(request.input_items)};
     res.set_header("X-Request-Id", frame.id);
     if (!g.stream) {
         const Completion done = await_whole(req, submitted.handle);
@@ -370,6 +411,15 @@ void ServerState::register_responses_routes() {
         post(path, [this](Req req, Res res) { responses(req, res); });
     for (const char* path : {"/v1/responses/input_tokens", "/responses/input_tokens"})
         post(path, [this](Req req, Res res) { count_response_tokens(req, res); });
+    for (const char* path :
+         {R"(/v1/responses/([^/]+)/input_items)", R"(/responses/([^/]+)/input_items)"}) {
+        get(path, [this](Req req, Res res) {
+            const std::string id = req.matches[1];
+            auto r = stored_responses.get(id);
+            if (!r) throw HttpException{response_not_found(id)};
+            res.set_content(dump(input_items_page(id, r->input_items, req)), "application/json");
+        });
+    }
     for (const char* path : {R"(/v1/responses/([^/]+))", R"(/responses/([^/]+))"}) {
         get(path, [this](Req req, Res res) {
             const std::string id = req.matches[1];

@@ -87,6 +87,14 @@ TEST_F(Responses, AWholeResponseIsStoredUntilDeleted) {
 
     auto c = server_->client();
     EXPECT_EQ(get_json(c, "/v1/responses/" + id), r);
+    // Its input as items: text input is one user message.
+    const json items = get_json(c, "/v1/responses/" + id + "/input_items");
+    EXPECT_EQ(items["object"], "list");
+    ASSERT_EQ(items["data"].size(), 1u) << items;
+    EXPECT_EQ(items["data"][0]["role"], "user");
+    EXPECT_EQ(items["data"][0]["content"][0]["text"], "Once upon a time");
+    EXPECT_EQ(items["has_more"], false);
+    EXPECT_EQ(items["first_id"], items["data"][0]["id"]);
     auto deleted = c.Delete("/v1/responses/" + id);
     ASSERT_TRUE(deleted);
     EXPECT_EQ(json::parse(deleted->body)["deleted"], true);
@@ -98,6 +106,28 @@ TEST_F(Responses, AWholeResponseIsStoredUntilDeleted) {
     EXPECT_EQ(unstored["store"], false);
     expect_error_shape(c.Get("/v1/responses/" + unstored["id"].get<std::string>()), 404,
                        "unstored");
+}
+
+// Item input is listed as given, newest first unless order=asc, a page at a time.
+TEST_F(Responses, InputItemsAreListedAPageAtATime) {
+    const json input = {
+        {{"type", "message"}, {"role", "user"}, {"content", "Once upon a time"}, {"id", "m1"}},
+        {{"type", "message"}, {"role", "assistant"}, {"content", "there was a cat."}},
+        {{"type", "message"}, {"role", "user"}, {"content", "And then?"}}};
+    const json r = post({{"input", input}, {"max_output_tokens", 2}});
+    auto c = server_->client();
+    const std::string path = "/v1/responses/" + r["id"].get<std::string>() + "/input_items";
+    const json newest = get_json(c, path + "?limit=2");
+    ASSERT_EQ(newest["data"].size(), 2u) << newest;
+    EXPECT_EQ(newest["data"][0]["content"], "And then?");
+    EXPECT_EQ(newest["has_more"], true);
+    const json rest = get_json(c, path + "?limit=2&after=" + newest["last_id"].get<std::string>());
+    ASSERT_EQ(rest["data"].size(), 1u) << rest;
+    EXPECT_EQ(rest["data"][0]["id"], "m1");  // the client's own id is kept
+    EXPECT_EQ(rest["has_more"], false);
+    EXPECT_EQ(get_json(c, path + "?order=asc")["data"][0]["id"], "m1");
+    expect_error_shape(c.Get(path + "?limit=500"), 400, "limit");
+    expect_error_shape(c.Get("/v1/responses/resp_nope/input_items"), 404, "unknown");
 }
 
 // The next turn is the stored conversation and the new input: its prompt begins with what the
