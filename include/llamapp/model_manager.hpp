@@ -145,10 +145,11 @@ class ModelLease {
   private:
     friend class ModelManager;
     ModelLease(std::shared_ptr<detail::ManagerState> manager,
-               std::shared_ptr<detail::LoadedModel> loaded);
+               std::shared_ptr<detail::LoadedModel> loaded, bool counts_as_use = true);
     void release();
     std::shared_ptr<detail::ManagerState> manager_;
     std::shared_ptr<detail::LoadedModel> loaded_;
+    bool counts_as_use_ = true;  // its end restarts the keep-alive
 };
 
 // Thread-safe. Loads run on threads of their own, so a load never blocks serving the other
@@ -196,7 +197,8 @@ class ModelManager {
 
     // Unloads every ready model (what runs gets `grace`), as a server's drain does.
     void unload_all(std::chrono::milliseconds grace);
-    // A lease only when the model is ready now: loads nothing, keeps its keep-alive.
+    // A lease only when the model is ready now, for reads (health, /props): loads nothing, and
+    // its end does not restart the keep-alive, so that polling never keeps a model awake.
     std::optional<ModelLease> acquire_if_ready(const std::string& name);
 
     std::vector<ModelListing> list() const;

@@ -79,7 +79,8 @@ struct ManagerState : std::enable_shared_from_this<ManagerState> {
     Result<std::shared_ptr<LoadedModel>> build(ModelEntry& e);
     // The entry is unloading; without the lock. Returns once its memory is freed.
     void finish_unload(ModelEntry& e, std::chrono::milliseconds grace);
-    void release(const std::string& id);
+    // A lease ended; one that counts as use restarts the model's keep-alive.
+    void release(const std::string& id, bool counts_as_use);
     void reap_idle();
     void shutdown();
 };

@@ -347,12 +347,12 @@ void ManagerState::finish_unload(ModelEntry& e, std::chrono::milliseconds grace)
     changed.notify_all();
 }
 
-void ManagerState::release(const std::string& id) {
+void ManagerState::release(const std::string& id, bool counts_as_use) {
     std::lock_guard lock(mutex);
     auto it = entries.find(id);
     if (it == entries.end()) return;
     --it->second->leases;
-    it->second->last_used = Clock::now();
+    if (counts_as_use) it->second->last_used = Clock::now();
     changed.notify_all();
 }
 

@@ -65,15 +65,18 @@ Error not_known(const std::string& name) {
 // --- leases ---
 
 ModelLease::ModelLease(std::shared_ptr<ManagerState> manager,
-                       std::shared_ptr<detail::LoadedModel> loaded)
-    : manager_(std::move(manager)), loaded_(std::move(loaded)) {}
+                       std::shared_ptr<detail::LoadedModel> loaded, bool counts_as_use)
+    : manager_(std::move(manager)), loaded_(std::move(loaded)), counts_as_use_(counts_as_use) {}
 ModelLease::ModelLease(ModelLease&& o) noexcept
-    : manager_(std::move(o.manager_)), loaded_(std::move(o.loaded_)) {}
+    : manager_(std::move(o.manager_)),
+      loaded_(std::move(o.loaded_)),
+      counts_as_use_(o.counts_as_use_) {}
 ModelLease& ModelLease::operator=(ModelLease&& o) noexcept {
     if (this != &o) {
         release();
         manager_ = std::move(o.manager_);
         loaded_ = std::move(o.loaded_);
+        counts_as_use_ = o.counts_as_use_;
     }
     return *this;
 }
@@ -85,7 +88,7 @@ void ModelLease::release() {
     if (!manager_) return;
     const std::string id = loaded_->id;
     loaded_.reset();  // before the count drops, so an unload that sees 0 holds the last reference
-    std::exchange(manager_, nullptr)->release(id);
+    std::exchange(manager_, nullptr)->release(id, counts_as_use_);
 }
 
 const std::string& ModelLease::id() const {
@@ -293,7 +296,7 @@ std::optional<ModelLease> ModelManager::acquire_if_ready(const std::string& name
     ModelEntry* e = state_->find(name);
     if (!e || e->status != ModelStatus::ready) return std::nullopt;
     ++e->leases;
-    return ModelLease(state_, e->loaded);
+    return ModelLease(state_, e->loaded, /*counts_as_use=*/false);
 }
 
 std::vector<ModelListing> ModelManager::list() const {

@@ -271,7 +271,30 @@ void ServerState::count_chat_tokens(const httplib::Request& req, httplib::Respon
 void ServerState::props(const httplib::Request& req, httplib::Response& res) const {
     json body = json::object();
     if (req.has_param("model")) body["model"] = req.get_param_value("model");
-    const ServedModel m = serve(body, Need::generate);
+    // A model its keep-alive unloaded is asleep, as llama-server's --sleep-idle-seconds has it:
+    // /props says so from the listing and does not wake it; a request that needs it does.
+    const std::string name = req.has_param("model") ? req.get_param_value("model") : "";
+    if (auto listed = models.find(name);
+        listed && listed->status == ModelStatus::unloaded && !listed->error) {
+        res.set_content(
+            dump(json{{"default_generation_settings", {{"n_ctx", listed->n_ctx}}},
+                      {"total_slots", listed->slots},
+                      {"model_alias", listed->id},
+                      {"model_path", listed->path.string()},
+                      {"modalities", {{"vision", false}, {"video", false}, {"audio", false}}},
+                      {"endpoint_slots", options.slots_route},
+                      {"endpoint_props", false},
+                      {"endpoint_metrics", true},
+                      {"ui", false},
+                      {"build_info", llama_build_tag()},
+                      {"is_sleeping", true}}),
+            "application/json");
+        return;
+    }
+    // A ready model is only read: the reply does not restart its keep-alive.
+    std::optional<ModelLease> ready = models.acquire_if_ready(name);
+    if (ready && !ready->capabilities().generate) ready.reset();
+    const ServedModel m = ready ? ServedModel{std::move(*ready)} : serve(body, Need::generate);
     Engine& engine = m.lease.engine();
     GenerateOptions defaults;
     defaults.sampling = m.lease.defaults().sampling;

@@ -293,6 +293,21 @@ TEST(ModelManager, AnIdleModelIsUnloadedAfterItsKeepAliveAndARequestCanSetIt) {
     EXPECT_GT(*listed->expires_at, std::chrono::system_clock::now() + 59min);
 }
 
+// Reads (health checks, /props) take leases only of a ready model and never restart its
+// keep-alive: polling does not keep an idle model awake, nor wake it.
+TEST(ModelManager, ReadsOfAReadyModelDoNotKeepItAwake) {
+    auto m = manager();
+    ModelSpec s = spec("stories", shared_model("stories260K.gguf"));
+    ASSERT_TRUE(m->add(s));
+    ASSERT_TRUE(m->acquire("stories", std::chrono::steady_clock::time_point::max(), 300ms));
+    EXPECT_TRUE(eventually([&] {
+        auto peek = m->acquire_if_ready("stories");  // as often as the poll runs
+        return !peek && status_of(*m, "stories") == ModelStatus::unloaded;
+    }));
+    EXPECT_FALSE(m->acquire_if_ready("stories"));  // nor does a read load it again
+    EXPECT_EQ(status_of(*m, "stories"), ModelStatus::unloaded);
+}
+
 TEST(ModelManager, RequestsForAModelThatIsLoadingWaitForItWithADeadline) {
     auto m = manager();
     ASSERT_TRUE(m->add(spec("llama", generated_model("llama-tiny.gguf"))));
