@@ -353,6 +353,7 @@ TokenLogprobs Sampler::post_sampling(Token chosen, int top_n) const {
         return out;
     }
     const llama_token_data_array* cur = common_sampler_get_candidates(sampler_.get(), true);
+    out.chosen.logprob = -INFINITY;  // unless the chain kept it
     if (!cur) return out;
     for (std::size_t i = 0; i < cur->size; ++i)
         if (cur->data[i].id == chosen) out.chosen.logprob = std::log(cur->data[i].p);
