@@ -185,10 +185,12 @@ void EngineCore::commit_rows(std::size_t begin, std::size_t end) {
             r.to_decode = no_token;
         } else {
             ++r.next_prompt;
-            // The end of this step's chunk of the prompt (the last prompt token has logits).
-            const bool chunk_end =
-                row.logits || i + 1 == end || rows_[i + 1].slot != row.slot || rows_[i + 1].decode;
-            if (chunk_end) emit_prompt_progress(r);
+            // At the end of this step's chunk of the prompt (the last prompt token has logits);
+            // nothing is looked at for a request that did not ask for progress.
+            if (r.pending->request.report_progress &&
+                (row.logits || i + 1 == end || rows_[i + 1].slot != row.slot ||
+                 rows_[i + 1].decode))
+                emit_prompt_progress(r);
         }
         if (!row.logits) continue;
         bool finished = sample(s, row.batch_index);

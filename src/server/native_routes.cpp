@@ -268,6 +268,26 @@ void ServerState::count_chat_tokens(const httplib::Request& req, httplib::Respon
 }
 
 // What llama-server says about itself and its model (the default one, or ?model=).
+namespace {
+
+// What /props says of a model whether it is loaded or asleep.
+json props_json(const ServerOptions& options, const std::string& id,
+                const std::filesystem::path& path, int n_ctx, int slots, bool sleeping) {
+    return {{"default_generation_settings", {{"n_ctx", n_ctx}}},
+            {"total_slots", slots},
+            {"model_alias", id},
+            {"model_path", path.string()},
+            {"modalities", {{"vision", false}, {"video", false}, {"audio", false}}},
+            {"endpoint_slots", options.slots_route},
+            {"endpoint_props", false},
+            {"endpoint_metrics", true},
+            {"ui", false},
+            {"build_info", llama_build_tag()},
+            {"is_sleeping", sleeping}};
+}
+
+}  // namespace
+
 void ServerState::props(const httplib::Request& req, httplib::Response& res) const {
     json body = json::object();
     if (req.has_param("model")) body["model"] = req.get_param_value("model");
@@ -277,17 +297,7 @@ void ServerState::props(const httplib::Request& req, httplib::Response& res) con
     if (auto listed = models.find(name);
         listed && listed->status == ModelStatus::unloaded && !listed->error) {
         res.set_content(
-            dump(json{{"default_generation_settings", {{"n_ctx", listed->n_ctx}}},
-                      {"total_slots", listed->slots},
-                      {"model_alias", listed->id},
-                      {"model_path", listed->path.string()},
-                      {"modalities", {{"vision", false}, {"video", false}, {"audio", false}}},
-                      {"endpoint_slots", options.slots_route},
-                      {"endpoint_props", false},
-                      {"endpoint_metrics", true},
-                      {"ui", false},
-                      {"build_info", llama_build_tag()},
-                      {"is_sleeping", true}}),
+            dump(props_json(options, listed->id, listed->path, listed->n_ctx, listed->slots, true)),
             "application/json");
         return;
     }
@@ -306,24 +316,13 @@ void ServerState::props(const httplib::Request& req, httplib::Response& res) con
         return piece ? *piece : std::string();
     };
     const ChatTemplate* chat_template = m.lease.chat_template();
-    res.set_content(
-        dump(json{
-            {"default_generation_settings",
-             {{"params", generation_settings_json(defaults, false)}, {"n_ctx", engine.n_ctx()}}},
-            {"total_slots", engine.stats().slots},
-            {"model_alias", m.lease.id()},
-            {"model_path", m.lease.model().info().path.string()},
-            {"modalities", {{"vision", false}, {"video", false}, {"audio", false}}},
-            {"endpoint_slots", options.slots_route},
-            {"endpoint_props", false},
-            {"endpoint_metrics", true},
-            {"ui", false},
-            {"chat_template", chat_template ? chat_template->source() : std::string()},
-            {"bos_token", special(tokens.bos)},
-            {"eos_token", special(tokens.eos)},
-            {"build_info", llama_build_tag()},
-            {"is_sleeping", false}}),
-        "application/json");
+    json out = props_json(options, m.lease.id(), m.lease.model().info().path, engine.n_ctx(),
+                          engine.stats().slots, false);
+    out["default_generation_settings"]["params"] = generation_settings_json(defaults, false);
+    out["chat_template"] = chat_template ? chat_template->source() : std::string();
+    out["bos_token"] = special(tokens.bos);
+    out["eos_token"] = special(tokens.eos);
+    res.set_content(dump(out), "application/json");
 }
 
 // One object per slot of the default model (or ?model=).

@@ -70,8 +70,8 @@ void ServerState::register_predict_route() {
                   const std::string name = format->get<std::string>();
                   const auto by_name = names.find(name);
                   const std::string path = by_name != names.end() ? by_name->second : name;
-                  const auto route = post_routes.find(path);
-                  if (route == post_routes.end())
+                  const auto target = post_routes.find(path);
+                  if (target == post_routes.end())
                       return error_prediction(
                           invalid("@requestFormat", fmt::format("no route for '{}'", name)));
                   instance.erase("@requestFormat");
@@ -84,7 +84,7 @@ void ServerState::register_predict_route() {
                   inner.is_connection_closed = [&req] { return req.is_connection_closed(); };
                   httplib::Response out;
                   try {
-                      route->second(inner, out);
+                      target->second(inner, out);
                   } catch (const HttpException& e) {
                       return error_prediction(e.error);
                   } catch (const std::exception& e) {
