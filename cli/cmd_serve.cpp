@@ -212,6 +212,9 @@ void add_serve_options(CLI::App& cmd, ServeFlags& flags) {
     add_llama_option(cmd, "--models-max", flags.max_models,
                      "most models resident at once (0 = no cap)")
         ->capture_default_str();
+    add_llama_switch(cmd, "--models-autoload", flags.models_autoload,
+                     "load a model a request names when it is not loaded (--no-models-autoload: "
+                     "answer 400 until POST /models/load loads it)");
     cmd.add_option("--memory-budget", flags.memory_budget,
                    "RAM the models may take, e.g. 8G (default: what is available at start, "
                    "less 256M)");
@@ -334,6 +337,7 @@ Result<ServerOptions> server_options(const ServeFlags& flags) {
         return fail(ErrorCode::invalid_argument, "must be positive", "--responses-ttl");
     options.stored_response_ttl = std::chrono::seconds(flags.responses_ttl_s);
     options.verbose_replies = flags.common.verbose;
+    options.router = flags.common.model_paths.empty() && flags.common.hf_refs.empty();
     if (!flags.slot_save_path.empty()) {
         std::error_code ec;
         std::filesystem::create_directories(flags.slot_save_path, ec);
@@ -371,6 +375,7 @@ Result<ModelManagerOptions> manager_options(const ServeFlags& flags,
     ModelManagerOptions mo;
     mo.kv_store = std::move(store);
     mo.max_models = flags.max_models;
+    mo.load_on_request = flags.models_autoload;
     mo.unload_idle_to_fit = flags.unload_idle;
     mo.unload_grace = std::chrono::seconds(flags.drain_grace_s);
     auto keep = parse_keep_alive(keep_alive_of(flags));
@@ -448,6 +453,11 @@ Result<std::unique_ptr<ModelManager>> start_models(const ServeFlags& flags,
             continue;
         }
         if (!k.preload) continue;
+        // acquire() alone does not load under --no-models-autoload.
+        if (!flags.models_autoload) {
+            if (auto started = (*manager)->load(id); !started)
+                return std::unexpected(started.error());
+        }
         auto lease = (*manager)->acquire(id);
         if (!lease) {
             auto listed = (*manager)->find(id);

@@ -51,6 +51,7 @@ struct ServeFlags {
     std::string models_dir;
     std::string models_preset;
     std::size_t max_models = 0;
+    bool models_autoload = true;
     std::string keep_alive = "-1";
     std::string memory_budget;
     bool unload_idle = false;

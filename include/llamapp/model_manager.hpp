@@ -79,7 +79,8 @@ struct ModelListing {
     std::vector<std::string> tags;
     std::filesystem::path path;
     std::string source;
-    std::string architecture;  // from the GGUF header
+    std::optional<HubRef> hub;  // a model from the Hugging Face hub
+    std::string architecture;   // from the GGUF header
     ModelStatus status = ModelStatus::unloaded;
     float progress = 0;          // of a load in flight, in [0, 1]
     bool downloading = false;    // loading, and still pulling its files (progress is the pull's)
@@ -110,6 +111,9 @@ struct ModelManagerOptions {
     // Unload least recently used idle models when a load would not fit, instead of refusing.
     bool unload_idle_to_fit = false;
     std::size_t max_waiting = 64;  // requests waiting for one model to load; more get queue_full
+    // acquire() loads a known model that is not loaded (llama-server's --models-autoload).
+    // false: it refuses instead, and only load() loads.
+    bool load_on_request = true;
     // Token and offline mode for pulls of hub models; their progress and cancellation are the
     // manager's.
     HubOptions hub;
@@ -183,7 +187,8 @@ class ModelManager {
     // A lease on a ready model, loading it first if it is known but unloaded, and waiting while
     // it loads (until `deadline`). `keep_alive` replaces the model's from now on, as Ollama's
     // per-request keep_alive does. Errors: not_found, model_unavailable (its load failed),
-    // timeout, queue_full (too many waiting), those of load().
+    // timeout, queue_full (too many waiting), unsupported_operation (not loaded, and the
+    // options say not to load on request), those of load().
     [[nodiscard]] Result<ModelLease> acquire(
         const std::string& name,
         std::chrono::steady_clock::time_point deadline =
@@ -212,6 +217,7 @@ class ModelManager {
     std::vector<DeviceBudget> budgets() const;
     MetricsRegistry& metrics() const;
     const std::shared_ptr<KvStore>& kv_store() const;
+    const ModelManagerOptions& options() const;
 
   private:
     explicit ModelManager(std::shared_ptr<detail::ManagerState> state);

@@ -30,6 +30,10 @@ struct ServerOptions {
     std::filesystem::path slot_save_path;
     // A server of one model serves it whatever name a request gives, as llama-server does.
     bool accept_any_model = false;
+    // No model was named when it started (llama-server's router mode): GET /props without
+    // ?model= describes the server (role "router", max_instances, models_autoload), and
+    // accept_any_model does not apply, since no one model is the server's.
+    bool router = false;
     std::size_t max_body_bytes = 8u << 20;
     int max_prompt_tokens = 0;  // 0 = the context size
     int max_tokens = 0;         // largest max_tokens a request may ask for; 0 = the context size

@@ -102,6 +102,7 @@ ModelListing ManagerState::listing(const ModelEntry& e) const {
     l.tags = e.spec.tags;
     l.path = e.spec.path;
     l.source = e.spec.source;
+    l.hub = e.spec.hub;
     l.architecture = e.architecture;
     l.status = e.status;
     l.progress = e.progress;

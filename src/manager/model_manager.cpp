@@ -242,6 +242,12 @@ Result<ModelLease> ModelManager::acquire(const std::string& name,
                                         e->error ? e->error->describe() : "unknown error"),
                             e->spec.id);
             case ModelStatus::unloaded:
+                if (!s.options.load_on_request)
+                    return fail(ErrorCode::unsupported_operation,
+                                fmt::format("the model '{}' is not loaded, and models are not "
+                                            "loaded on request here: load it first",
+                                            e->spec.id),
+                                e->spec.id);
                 if (auto ok = s.start_load(lock, *e); !ok) return std::unexpected(ok.error());
                 continue;
             case ModelStatus::loading:
@@ -333,6 +339,10 @@ MetricsRegistry& ModelManager::metrics() const {
 
 const std::shared_ptr<KvStore>& ModelManager::kv_store() const {
     return state_->options.kv_store;
+}
+
+const ModelManagerOptions& ModelManager::options() const {
+    return state_->options;
 }
 
 }  // namespace llamapp

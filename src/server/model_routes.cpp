@@ -1,9 +1,11 @@
 // Models over HTTP: routing a request by its "model", GET /v1/models, and the operator's
-// POST /models/load (progress as SSE on request), POST /models/unload and GET /models/{id}.
+// POST /models/load (progress as SSE on request), POST /models/unload, GET /models/{id} and
+// DELETE /models?model= (a model pulled from the hub: forgotten and its files deleted).
 #include <fmt/core.h>
 
 #include <thread>
 
+#include "llamapp/hub.hpp"
 #include "server/server_state.hpp"
 
 namespace llamapp::detail {
@@ -81,7 +83,7 @@ ServedModel ServerState::serve(const json& body, Need need) const {
     auto lease = models.acquire(name, deadline);
     // llama-server answers any name with its one model; asked to, so does a server of one.
     if (!lease && lease.error().code == ErrorCode::not_found && options.accept_any_model &&
-        models.list().size() == 1)
+        !options.router && models.list().size() == 1)
         lease = models.acquire("", deadline);
     if (!lease) throw HttpException{model_error(lease.error())};
     const ModelCapabilities& can = lease->capabilities();
@@ -119,6 +121,7 @@ void ServerState::register_model_routes() {
         res.set_content(dump(model_json(*found)), "application/json");
     });
     post("/models/load", [this](Req req, Res res) { load_model(req, res); });
+    del("/models", [this](Req req, Res res) { delete_model(req, res); });
     post("/models/unload", [this](Req req, Res res) {
         const json body = parse_body(req.body);
         const std::string name = required_model(body);
@@ -131,6 +134,28 @@ void ServerState::register_model_routes() {
         if (auto ok = models.unload(name, grace); !ok) throw HttpException{model_error(ok.error())};
         res.set_content(dump(model_json(*models.find(name))), "application/json");
     });
+}
+
+// As llama-server's router deletes a model of its cache: only a model from the hub, whose files
+// go with it. {"success": true}.
+void ServerState::delete_model(const httplib::Request& req, httplib::Response& res) {
+    const std::string name = req.has_param("model") ? req.get_param_value("model") : "";
+    if (name.empty())
+        throw HttpException{invalid("model", "?model= is required", "missing_required_parameter")};
+    auto listed = models.find(name);
+    if (!listed) throw HttpException{model_error(listed.error())};
+    if (!listed->hub) {
+        throw HttpException{invalid(
+            "model",
+            fmt::format("the model '{}' was not pulled from the hub, so it has no files to delete; "
+                        "POST /models/unload unloads it",
+                        listed->id))};
+    }
+    if (auto ok = models.remove(listed->id); !ok) throw HttpException{model_error(ok.error())};
+    // A model never pulled has no files: forgetting it is the whole deletion.
+    if (auto gone = hub_remove(*listed->hub); !gone && gone.error().code != ErrorCode::not_found)
+        throw HttpException{http_error(gone.error(), "model")};
+    res.set_content(dump(json{{"success", true}}), "application/json");
 }
 
 // 202 with the model's listing; with "stream": true, SSE events of its listing while it loads,

@@ -289,6 +289,21 @@ json props_json(const ServerOptions& options, const std::string& id,
 }  // namespace
 
 void ServerState::props(const httplib::Request& req, httplib::Response& res) const {
+    if (options.router && !req.has_param("model")) {
+        // The server itself, in the shape llama-server's router gives: its fields for one model
+        // hold placeholders, and ?model= names one.
+        const ModelManagerOptions& manager = models.options();
+        res.set_content(dump(json{{"role", "router"},
+                                  {"max_instances", manager.max_models},
+                                  {"models_autoload", manager.load_on_request},
+                                  {"model_alias", "llamapp"},
+                                  {"model_path", "none"},
+                                  {"default_generation_settings", {{"params", json::object()},
+                                                                   {"n_ctx", 0}}},
+                                  {"build_info", llama_build_tag()}}),
+                        "application/json");
+        return;
+    }
     json body = json::object();
     if (req.has_param("model")) body["model"] = req.get_param_value("model");
     // A model its keep-alive unloaded is asleep, as llama-server's --sleep-idle-seconds has it:

@@ -139,6 +139,7 @@ struct ServerState {
     void register_cache_routes();
     void register_model_routes();
     void load_model(const httplib::Request& req, httplib::Response& res);
+    void delete_model(const httplib::Request& req, httplib::Response& res);
     void generate(const httplib::Request& req, httplib::Response& res, bool chat);
     // Hands the request to the engine (chat: rendered and tokenized there); errors are thrown as
     // HttpException. A completion's ChatPrompt is empty.
