@@ -135,7 +135,8 @@ class OpenAiReply : public StreamFormat {
           telemetry_(g.telemetry),
           prompt_(prompt),
           parser_(prompt),
-          verbose_(std::move(verbose)) {}
+          verbose_(std::move(verbose)),
+          choices_(static_cast<std::size_t>(g.choices)) {}
 
     // The complete response body: one choice per completion (n), the prompt counted once.
     json whole(std::span<const Completion> all) const {
@@ -204,10 +205,19 @@ class OpenAiReply : public StreamFormat {
         // The last chunk carries llama-server's timings, as its own does.
         if (!include_usage_) finish["timings"] = timings_json(gen);
         out += sse_data(finish);
+        completion_tokens_ += gen.usage.completion_tokens;
+        if (++index_ < choices_) {
+            // The next choice's events follow (stream_reply's `more`): it starts afresh.
+            parser_ = ChatStreamParser(prompt_);
+            started_ = false;
+            return out;
+        }
         if (include_usage_) {
             json u = envelope(chat_ ? "chat.completion.chunk" : "text_completion");
             u["choices"] = json::array();
-            u["usage"] = usage_json(gen.usage);
+            Usage usage = gen.usage;  // the prompt counted once, every choice's tokens
+            usage.completion_tokens = completion_tokens_;
+            u["usage"] = usage_json(usage);
             u["timings"] = timings_json(gen);
             out += sse_data(u);
         }
@@ -238,7 +248,7 @@ class OpenAiReply : public StreamFormat {
     }
     json chunk(json delta_or_text, const json& finish, const json& logprobs) const {
         json c = envelope(chat_ ? "chat.completion.chunk" : "text_completion");
-        json choice = {{"index", 0}, {"finish_reason", finish}, {"logprobs", logprobs}};
+        json choice = {{"index", index_}, {"finish_reason", finish}, {"logprobs", logprobs}};
         choice[chat_ ? "delta" : "text"] = std::move(delta_or_text);
         c["choices"] = json::array({choice});
         return c;
@@ -264,7 +274,10 @@ class OpenAiReply : public StreamFormat {
     ChatPrompt prompt_;        // chat: how to parse the reply
     ChatStreamParser parser_;  // chat, streamed
     std::optional<VerboseReply> verbose_;
-    bool started_ = false;
+    bool started_ = false;  // of the choice streamed now
+    std::size_t choices_ = 1;
+    std::size_t index_ = 0;  // the choice streamed now
+    int completion_tokens_ = 0;  // of the choices streamed so far
 };
 
 // The request field an error from submitting names: the prompt for a prompt too long; for chat
@@ -368,7 +381,7 @@ void ServerState::generate(const httplib::Request& req, httplib::Response& res, 
         return;
     }
     stream_reply(req, res, std::move(served.lease), std::move(submitted.handle), std::move(counted),
-                 id, std::move(reply));
+                 id, std::move(reply), std::move(more));
 }
 
 }  // namespace llamapp::detail

@@ -491,8 +491,6 @@ namespace {
 void parse_choices(const json& body, GenerationRequest& out) {
     if (const json* v = optional_field(body, "n"))
         out.choices = static_cast<int>(integer_field(*v, "n", 1, max_choices));
-    if (out.choices > 1 && out.stream)
-        reject_field("n", "n > 1 is answered whole: set stream to false");
 }
 
 }  // namespace

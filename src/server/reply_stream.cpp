@@ -7,16 +7,22 @@ namespace {
 
 // The provider's state; it lives as long as httplib keeps the provider.
 struct ReplyStream {
-    ReplyStream(ModelLease l, RequestHandle h, InFlight c, std::unique_ptr<StreamFormat> f)
-        : lease(std::move(l)), handle(std::move(h)), counted(std::move(c)), format(std::move(f)) {}
+    ReplyStream(ModelLease l, std::vector<RequestHandle> h, InFlight c,
+                std::unique_ptr<StreamFormat> f)
+        : lease(std::move(l)),
+          handles(std::move(h)),
+          counted(std::move(c)),
+          format(std::move(f)) {}
     ReplyStream(const ReplyStream&) = delete;
     ReplyStream& operator=(const ReplyStream&) = delete;
     ~ReplyStream() {
         if (server) server->access_log(method, path, 200, bytes, id, fields);
     }
 
-    ModelLease lease;  // first: released after the handle
-    RequestHandle handle;
+    ModelLease lease;  // first: released after the handles
+    std::vector<RequestHandle> handles;  // one per choice, streamed in order
+    std::size_t current = 0;
+    bool failed = false;  // a choice ended in an error: the stream ends with it
     InFlight counted;
     std::unique_ptr<StreamFormat> format;
     ClientWatch watch;
@@ -31,8 +37,10 @@ struct ReplyStream {
 
 void ServerState::stream_reply(const httplib::Request& req, httplib::Response& res,
                                ModelLease lease, RequestHandle handle, InFlight counted,
-                               const std::string& id, std::unique_ptr<StreamFormat> format) const {
-    auto s = std::make_shared<ReplyStream>(std::move(lease), std::move(handle), std::move(counted),
+                               const std::string& id, std::unique_ptr<StreamFormat> format,
+                               std::vector<RequestHandle> more) const {
+    more.insert(more.begin(), std::move(handle));
+    auto s = std::make_shared<ReplyStream>(std::move(lease), std::move(more), std::move(counted),
                                            std::move(format));
     s->server = this;
     s->method = req.method;
@@ -42,8 +50,9 @@ void ServerState::stream_reply(const httplib::Request& req, httplib::Response& r
     res.set_chunked_content_provider(
         "text/event-stream", [s](std::size_t, httplib::DataSink& sink) {
             EngineEvent event;
-            if (!s->watch.next(s->handle, event, [&] { return !sink.is_writable(); })) {
-                sink.done();
+            RequestHandle& streaming = s->handles[s->current];
+            if (!s->watch.next(streaming, event, [&] { return !sink.is_writable(); })) {
+                if (++s->current == s->handles.size() || s->failed) sink.done();
                 return true;
             }
             std::string out;
@@ -53,10 +62,11 @@ void ServerState::stream_reply(const httplib::Request& req, httplib::Response& r
                 out = s->format->piece(event.piece, event.progress);
             } else {
                 s->fields = log_fields(*event.completion);
+                s->failed = event.completion->generation.error.has_value();
                 out = s->format->last(*event.completion);
             }
             if (!out.empty() && !sink.write(out.data(), out.size())) {
-                s->handle.cancel();  // the client went away
+                for (RequestHandle& h : s->handles) h.cancel();  // the client went away
                 return false;
             }
             s->bytes += out.size();

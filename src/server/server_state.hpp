@@ -144,12 +144,15 @@ struct ServerState {
     // Hands the request to the engine (chat: rendered and tokenized there); errors are thrown as
     // HttpException. A completion's ChatPrompt is empty.
     ChatSubmission submit(const ServedModel& m, GenerationRequest& g, bool chat);
-    // Answers `handle` as a stream in `format` (`content_type`, Server-Sent Events by default);
-    // the provider runs on the connection's thread until the final event, the lease and the
-    // in-flight count are held until then, and a client that goes away cancels the request.
+    // Answers `handle` as a stream in `format` (Server-Sent Events); the provider runs on the
+    // connection's thread until the final event, the lease and the in-flight count are held
+    // until then, and a client that goes away cancels the request. `more` are further choices
+    // (n > 1), streamed after it in order: they run side by side in the engine meanwhile, their
+    // events waiting in their handles, and `format` is told when one ends (its last()).
     void stream_reply(const httplib::Request& req, httplib::Response& res, ModelLease lease,
                       RequestHandle handle, InFlight counted, const std::string& id,
-                      std::unique_ptr<StreamFormat> format) const;
+                      std::unique_ptr<StreamFormat> format,
+                      std::vector<RequestHandle> more = {}) const;
     // Waits for a whole reply (a departed client cancels it) and leaves its log fields; an
     // error that ended the generation is thrown.
     static Completion await_whole(const httplib::Request& req, RequestHandle& handle);

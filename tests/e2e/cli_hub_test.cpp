@@ -83,6 +83,23 @@ TEST_F(CliHub, PullListRunServeAndRemoveAHubModel) {
 
 // The disk fills up half way (a file size limit stands in for it): nothing is published, what
 // arrived is kept, and the next pull resumes from there.
+// As llama-server's router deletes a cached model: DELETE /models?model= unloads and forgets a
+// hub model and deletes its files.
+TEST_F(CliHub, TheServerDeletesAHubModelAndItsFiles) {
+    ASSERT_EQ(llamapp("pull test/stories:Q8_0").status, 0);
+    {
+        llamapp::test::ServerProcess server({"-hf", "test/stories:Q8_0", "-c", "256", "-t", "2"});
+        auto c = server.client();
+        auto gone = c.Delete("/models?model=test/stories:Q8_0");
+        ASSERT_TRUE(gone);
+        EXPECT_EQ(gone->status, 200) << gone->body;
+        EXPECT_EQ(gone->body, R"({"success":true})");
+        EXPECT_EQ(c.Get("/v1/models")->body.find("test/stories"), std::string::npos);
+        EXPECT_EQ(c.Delete("/models?model=test/stories:Q8_0")->status, 404);
+    }
+    EXPECT_NE(llamapp("ls").out.find("(no model: the hub cache is"), std::string::npos);
+}
+
 TEST_F(CliHub, ADiskThatFillsUpDuringAPullPublishesNothingAndThePullResumes) {
     // 1024 blocks: 512 KiB in dash's units, 1 MiB in bash's; the model is 1.13 MiB.
     auto full = llamapp::test::run_command("ulimit -f 1024 && trap '' XFSZ && " +

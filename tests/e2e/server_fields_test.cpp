@@ -150,7 +150,7 @@ TEST_F(ServerFields, CachePromptAndSessionDecideWhatIsReused) {
 }  // namespace
 
 // n choices: each a request of its own; a seed given moves on per choice, so that the choices
-// differ. Streamed, n > 1 is refused. (The same request twice need not give the same choices:
+// differ. (The same request twice need not give the same choices:
 // rows that share a decode call, or a reused prefix, may change the logits in their last bits.)
 TEST_F(ServerFields, NChoicesAreSampledEachOnItsOwn) {
     json body = chat_body(12);
@@ -178,11 +178,44 @@ TEST_F(ServerFields, NChoicesAreSampledEachOnItsOwn) {
     EXPECT_EQ(c["choices"][1]["index"], 1);
     EXPECT_TRUE(c["choices"][1]["text"].is_string());
 
+    // Streamed, the choices follow one another, each ending with its finish reason; one usage
+    // chunk counts them all, then [DONE].
     body["n"] = 2;
     body["stream"] = true;
+    body["stream_options"] = {{"include_usage", true}};
     auto s = server_->client().Post("/v1/chat/completions", body.dump(), "application/json");
     ASSERT_TRUE(s);
-    expect_error_shape(s, 400, "n");
+    ASSERT_EQ(s->status, 200) << s->body;
+    const std::vector<std::string> events = llamapp::test::sse_events(s->body);
+    ASSERT_FALSE(events.empty());
+    EXPECT_EQ(events.back(), "data: [DONE]");
+    std::string text[2];
+    int finished[2] = {0, 0};
+    int previous = 0;
+    int streamed_tokens = -1;
+    for (std::size_t i = 0; i + 1 < events.size(); ++i) {
+        const json e = json::parse(events[i].substr(std::string("data: ").size()));
+        if (e["choices"].empty()) {
+            streamed_tokens = e["usage"]["completion_tokens"];
+            continue;
+        }
+        const int index = e["choices"][0]["index"];
+        ASSERT_TRUE(index == 0 || index == 1) << e;
+        EXPECT_GE(index, previous) << "choice 1 follows choice 0";
+        previous = index;
+        const json& delta = e["choices"][0]["delta"];
+        for (const char* key : {"content", "reasoning_content"})
+            if (delta.contains(key) && delta[key].is_string())
+                text[index] += delta[key].get<std::string>();
+        if (!e["choices"][0]["finish_reason"].is_null()) ++finished[index];
+    }
+    EXPECT_EQ(finished[0], 1);
+    EXPECT_EQ(finished[1], 1);
+    EXPECT_FALSE(text[0].empty());
+    EXPECT_FALSE(text[1].empty());
+    EXPECT_GE(streamed_tokens, 2);
+    EXPECT_LE(streamed_tokens, 24);
+    body.erase("stream_options");
     body["n"] = 17;
     body["stream"] = false;
     expect_error_shape(

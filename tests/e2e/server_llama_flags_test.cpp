@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdlib>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,7 @@
 #include "support/http_helpers.hpp"
 #include "support/paths.hpp"
 #include "support/server_process.hpp"
+#include "support/temp_dir.hpp"
 
 namespace {
 
@@ -343,4 +345,47 @@ TEST(LlamaServerFlags, TemplateVariablesFromTheCommandLineReachEveryChat) {
                                           " serve --port 0 --chat-template-kwargs '[1]' 2>&1");
     EXPECT_EQ(bad.status, 1) << bad.out;
     EXPECT_NE(bad.out.find("--chat-template-kwargs"), std::string::npos) << bad.out;
+}
+
+// No model on the command line is llama-server's router mode: /props describes the server, a
+// model is loaded only when asked to under --no-models-autoload, and an unknown name is refused
+// even with --accept-any-model (no one model is the server's).
+TEST(LlamaServerFlags, WithoutAModelTheServerIsARouter) {
+    TempDir dir;
+    std::filesystem::copy_file(shared_model("stories260K.gguf"), dir / "tale.gguf");
+    ScopedEnv any("LLAMAPP_ACCEPT_ANY_MODEL", "1");
+    ServerProcess server({"--models-dir", dir.path().string(), "-c", "256", "-t", "2",
+                          "--models-max", "2", "--no-models-autoload"});
+    auto c = server.client();
+    const json props = json::parse(c.Get("/props")->body);
+    EXPECT_EQ(props["role"], "router") << props;
+    EXPECT_EQ(props["max_instances"], 2) << props;
+    EXPECT_EQ(props["models_autoload"], false) << props;
+    EXPECT_EQ(json::parse(c.Get("/props?model=tale")->body)["model_alias"], "tale");
+
+    const json chat = {{"model", "tale"},
+                       {"messages", {{{"role", "user"}, {"content", "Hi"}}}},
+                       {"max_tokens", 2}};
+    const json refused = post(c, "/v1/chat/completions", chat, 400);
+    EXPECT_NE(refused["error"]["message"].get<std::string>().find("not loaded"),
+              std::string::npos)
+        << refused;
+    post(c, "/models/load", {{"model", "tale"}}, 202);
+    EXPECT_TRUE(eventually([&] {
+        auto r = c.Get("/models/tale");
+        return r && json::parse(r->body)["status"] == "ready";
+    }));
+    EXPECT_EQ(post(c, "/v1/chat/completions", chat)["usage"]["completion_tokens"], 2);
+
+    json unknown = chat;
+    unknown["model"] = "non-existent/model";
+    post(c, "/v1/chat/completions", unknown, 404);
+    unknown["stream"] = true;
+    post(c, "/v1/chat/completions", unknown, 404);
+
+    // Only a model pulled from the hub has files to delete (CliHub deletes one).
+    EXPECT_EQ(c.Delete("/models?model=tale")->status, 400);
+    EXPECT_EQ(c.Delete("/models?model=nope")->status, 404);
+    EXPECT_EQ(c.Delete("/models")->status, 400);
+    EXPECT_EQ(json::parse(c.Get("/models/tale")->body)["status"], "ready");
 }

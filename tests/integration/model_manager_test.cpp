@@ -260,6 +260,22 @@ TEST(ModelManager, ALoadThatDoesNotFitFailsAtOnceOrUnloadsIdleModelsWhenAllowed)
     EXPECT_EQ(budgets.front().reserved, need);
 }
 
+// llama-server's --no-models-autoload: a request is refused until the operator loads the model.
+TEST(ModelManager, WithoutLoadOnRequestOnlyALoadLoads) {
+    ModelManagerOptions o;
+    o.load_on_request = false;
+    auto m = manager(o);
+    ASSERT_TRUE(m->add(spec("stories", shared_model("stories260K.gguf"))));
+    auto refused = m->acquire("stories");
+    ASSERT_FALSE(refused);
+    EXPECT_EQ(refused.error().code, ErrorCode::unsupported_operation);
+    EXPECT_EQ(status_of(*m, "stories"), ModelStatus::unloaded);
+    ASSERT_TRUE(m->load("stories"));
+    auto lease = m->acquire("stories");  // waits for the load it started
+    ASSERT_TRUE(lease) << lease.error().describe();
+    EXPECT_FALSE(greedy_text(*lease, "The cat", 2).empty());
+}
+
 TEST(ModelManager, MaxModelsCapsWhatIsResident) {
     ModelManagerOptions o;
     o.max_models = 1;
