@@ -338,6 +338,9 @@ Result<ServerOptions> server_options(const ServeFlags& flags) {
     options.stored_response_ttl = std::chrono::seconds(flags.responses_ttl_s);
     options.verbose_replies = flags.common.verbose;
     options.router = flags.common.model_paths.empty() && flags.common.hf_refs.empty();
+    auto defaults = model_defaults(flags);
+    if (!defaults) return std::unexpected(defaults.error());
+    options.pulled_model = std::move(*defaults);
     if (!flags.slot_save_path.empty()) {
         std::error_code ec;
         std::filesystem::create_directories(flags.slot_save_path, ec);

@@ -34,6 +34,9 @@ struct ServerOptions {
     // ?model= describes the server (role "router", max_instances, models_autoload), and
     // accept_any_model does not apply, since no one model is the server's.
     bool router = false;
+    // What a model pulled over HTTP (llama-server's POST /models) is added to the manager with,
+    // but its id, path and source.
+    ModelSpec pulled_model;
     std::size_t max_body_bytes = 8u << 20;
     int max_prompt_tokens = 0;  // 0 = the context size
     int max_tokens = 0;         // largest max_tokens a request may ask for; 0 = the context size

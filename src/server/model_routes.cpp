@@ -1,6 +1,7 @@
 // Models over HTTP: routing a request by its "model", GET /v1/models, and the operator's
 // POST /models/load (progress as SSE on request), POST /models/unload, GET /models/{id} and
-// DELETE /models?model= (a model pulled from the hub: forgotten and its files deleted).
+// DELETE /models?model= (a model pulled from the hub: forgotten and its files deleted), and
+// llama-server's POST /models (pull a hub model without loading it) with GET /models/sse.
 #include <fmt/core.h>
 
 #include <thread>
@@ -115,6 +116,8 @@ void ServerState::list_models(httplib::Response& res) const {
 void ServerState::register_model_routes() {
     using Req = const httplib::Request&;
     using Res = httplib::Response&;
+    get("/models/sse", [this](Req, Res res) { pull_events(res); });  // before /models/{id}
+    post("/models", [this](Req req, Res res) { pull_model(req, res); });
     get(R"(/models/(.+))", [this](Req req, Res res) {
         auto found = models.find(req.matches[1].str());
         if (!found) throw HttpException{model_error(found.error())};
@@ -156,6 +159,38 @@ void ServerState::delete_model(const httplib::Request& req, httplib::Response& r
     if (auto gone = hub_remove(*listed->hub); !gone && gone.error().code != ErrorCode::not_found)
         throw HttpException{http_error(gone.error(), "model")};
     res.set_content(dump(json{{"success", true}}), "application/json");
+}
+
+// {"success": true} once the pull started; its progress and end are events of GET /models/sse.
+void ServerState::pull_model(const httplib::Request& req, httplib::Response& res) {
+    const json body = parse_body(req.body);
+    const std::string name = required_model(body);
+    auto ref = parse_model_ref(name);
+    if (!ref) throw HttpException{http_error(ref.error(), "model")};
+    if (ref->kind != ModelRefKind::hub)
+        throw HttpException{invalid("model", fmt::format("'{}' is not a hub reference "
+                                                         "(owner/name or owner/name:QUANT)",
+                                                         name))};
+    if (auto ok = pulls.start(ref->hub); !ok) throw HttpException{http_error(ok.error(), "model")};
+    res.set_content(dump(json{{"success", true}}), "application/json");
+}
+
+// Server-sent events of the pulls, from the moment of subscribing, until the server drains.
+void ServerState::pull_events(httplib::Response& res) {
+    res.set_header("Cache-Control", "no-cache");
+    res.set_chunked_content_provider(
+        "text/event-stream", [listener = pulls.listen()](std::size_t, httplib::DataSink& sink) {
+            PullEvent event;
+            while (!listener->next(event, std::chrono::milliseconds(500))) {
+                if (listener->closed()) {
+                    sink.done();
+                    return true;
+                }
+                if (!sink.is_writable()) return false;  // the client went away
+            }
+            const std::string out = "data: " + dump(event.to_json()) + "\n\n";
+            return sink.write(out.data(), out.size());
+        });
 }
 
 // 202 with the model's listing; with "stream": true, SSE events of its listing while it loads,

@@ -135,6 +135,7 @@ void Server::drain() {
     std::call_once(s.drained, [&] {
         s.draining = true;
         log(LogLevel::info, "server: draining ({} requests in flight)", s.in_flight.load());
+        s.pulls.stop();  // ends the pulls and the streams of their events
         const auto until = std::chrono::steady_clock::now() + s.options.drain_grace;
         while (s.in_flight.load() > 0 && std::chrono::steady_clock::now() < until)
             std::this_thread::sleep_for(std::chrono::milliseconds(20));

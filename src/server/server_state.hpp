@@ -14,6 +14,7 @@
 #include "llamapp/model_manager.hpp"
 #include "llamapp/server.hpp"
 #include "server/http_error.hpp"
+#include "server/model_pulls.hpp"
 #include "server/openai_request.hpp"
 #include "server/response_store.hpp"
 
@@ -67,12 +68,14 @@ struct ServerState {
           options(std::move(o)),
           stored_responses({.max_responses = options.max_stored_responses,
                             .max_bytes = options.max_stored_response_bytes,
-                            .max_age = options.stored_response_ttl}) {}
+                            .max_age = options.stored_response_ttl}),
+          pulls(m, options.pulled_model) {}
 
     ModelManager& models;
     std::shared_ptr<KvStore> store;
     ServerOptions options;
     ResponseStore stored_responses;  // /v1/responses with store: true
+    ModelPulls pulls;                // POST /models
     httplib::Server http;
     std::atomic<bool> draining{false};
     std::atomic<int> in_flight{0};
@@ -140,6 +143,8 @@ struct ServerState {
     void register_model_routes();
     void load_model(const httplib::Request& req, httplib::Response& res);
     void delete_model(const httplib::Request& req, httplib::Response& res);
+    void pull_model(const httplib::Request& req, httplib::Response& res);
+    void pull_events(httplib::Response& res);
     void generate(const httplib::Request& req, httplib::Response& res, bool chat);
     // Hands the request to the engine (chat: rendered and tokenized there); errors are thrown as
     // HttpException. A completion's ChatPrompt is empty.

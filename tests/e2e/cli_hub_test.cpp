@@ -2,12 +2,17 @@
 // serve -hf, offline use and rm, each as a user types it.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <csignal>
 #include <cstdlib>
+#include <mutex>
+#include <thread>
 #include <filesystem>
 #include <regex>
 #include <string>
 
 #include "support/command.hpp"
+#include "support/eventually.hpp"
 #include "support/fake_hub.hpp"
 #include "support/http_helpers.hpp"
 #include "support/paths.hpp"
@@ -98,6 +103,58 @@ TEST_F(CliHub, TheServerDeletesAHubModelAndItsFiles) {
         EXPECT_EQ(c.Delete("/models?model=test/stories:Q8_0")->status, 404);
     }
     EXPECT_NE(llamapp("ls").out.find("(no model: the hub cache is"), std::string::npos);
+}
+
+// llama-server's POST /models: a pull without a load, its progress and end as events of
+// GET /models/sse; the pulled model is then served by its reference.
+TEST_F(CliHub, AClientPullsAModelAndFollowsItsEvents) {
+    llamapp::test::ServerProcess server({"-c", "256", "-t", "2"});
+    std::mutex mutex;
+    std::string events;
+    std::atomic<bool> subscribed = false, done = false;
+    std::thread listener([&] {
+        auto c = server.client();
+        c.Get("/models/sse", [&](const httplib::Response&) { return subscribed = true, true; },
+              [&](const char* data, std::size_t n) {
+                  std::lock_guard lock(mutex);
+                  events.append(data, n);
+                  return !done;
+              });
+    });
+    auto seen = [&](const std::string& what) {
+        std::lock_guard lock(mutex);
+        return events.find(what) != std::string::npos;
+    };
+    ASSERT_TRUE(llamapp::test::eventually([&] { return subscribed.load(); }));
+    auto c = server.client();
+    const std::string body = R"({"model":"test/stories:Q8_0"})";
+    auto started = c.Post("/models", body, "application/json");
+    ASSERT_TRUE(started);
+    EXPECT_EQ(started->status, 200) << started->body;
+    EXPECT_TRUE(llamapp::test::eventually(
+        [&] { return seen(R"("event":"download_finished","model":"test/stories:Q8_0")"); },
+        std::chrono::seconds(30)))
+        << events;
+    EXPECT_TRUE(seen(R"("event":"download_progress")")) << events;
+    auto missing = c.Post("/models", R"({"model":"test/absent:Q8_0"})", "application/json");
+    EXPECT_EQ(missing->status, 200) << missing->body;
+    EXPECT_TRUE(llamapp::test::eventually(
+        [&] { return seen(R"("event":"download_failed","model":"test/absent:Q8_0")"); },
+        std::chrono::seconds(30)))
+        << events;
+    done = true;
+
+    EXPECT_EQ(c.Post("/models", body, "application/json")->status, 409);
+    EXPECT_EQ(c.Post("/models", R"({"model":"tale.gguf"})", "application/json")->status, 400);
+    auto chat = c.Post("/v1/completions",
+                       R"({"model":"test/stories:Q8_0","prompt":"Once upon a time","max_tokens":3})",
+                       "application/json");
+    ASSERT_TRUE(chat);
+    EXPECT_EQ(chat->status, 200) << chat->body;
+    EXPECT_EQ(c.Delete("/models?model=test/stories:Q8_0")->status, 200);
+    server.signal(SIGTERM);  // the drain ends the event stream, and the server exits
+    EXPECT_EQ(server.wait_exit(std::chrono::seconds(30)), 0) << server.log();
+    listener.join();
 }
 
 TEST_F(CliHub, ADiskThatFillsUpDuringAPullPublishesNothingAndThePullResumes) {
