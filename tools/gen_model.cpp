@@ -69,6 +69,9 @@ struct Options {
     std::string name;
     uint64_t seed = 42;
     Shape shape;
+    // A Qwen3-style reranker: rank pooling over the last token and a two-label ("yes", "no")
+    // classifier head, whose softmax llama.cpp takes as the score.
+    bool reranker = false;
 };
 
 // Mamba-1 constants: every released checkpoint uses these, and llama.cpp only supports an
@@ -122,7 +125,8 @@ std::string blk(int il, const char* suffix) {
     return fmt::format("blk.{}.{}", il, suffix);
 }
 
-std::vector<TensorSpec> build_tensors(Arch arch, const Shape& s, int64_t n_vocab) {
+std::vector<TensorSpec> build_tensors(Arch arch, const Shape& s, int64_t n_vocab,
+                                      bool reranker) {
     const int64_t E = s.n_embd;
     std::vector<TensorSpec> t;
     auto mat = [&](std::string name, int64_t in, int64_t out, float stdev = 0.02f) {
@@ -140,6 +144,7 @@ std::vector<TensorSpec> build_tensors(Arch arch, const Shape& s, int64_t n_vocab
     if (arch != Arch::gemma2) {
         mat("output.weight", E, n_vocab);
     }
+    if (reranker) mat("cls.output.weight", E, 2, 0.1f);
 
     // GPT-2 style: shrink the residual-branch outputs so activations do not grow with depth.
     const float out_std = 0.02f / std::sqrt(2.0f * static_cast<float>(s.n_layer));
@@ -477,6 +482,7 @@ void validate(const Options& o) {
     if (s.n_embd <= 0 || s.n_layer <= 0 || s.n_ctx <= 0) {
         fail("--n-embd, --n-layer and --n-ctx must be positive");
     }
+    if (o.reranker && o.arch != Arch::qwen3) fail("--reranker needs --arch qwen3");
     if (o.arch == Arch::mamba) return;  // no attention or FFN shapes to check
     if (s.n_head <= 0 || s.n_head_kv <= 0 || s.n_ff <= 0) {
         fail("--n-head, --n-head-kv and --n-ff must be positive");
@@ -521,7 +527,16 @@ void generate(const Options& o) {
         gguf_set_val_str(g.get(), "tokenizer.chat_template", tmpl.c_str());
     }
 
-    const std::vector<TensorSpec> specs = build_tensors(o.arch, o.shape, n_vocab);
+    if (o.reranker) {
+        gguf_set_val_u32(g.get(), (arch + ".pooling_type").c_str(), 4);  // LLAMA_POOLING_TYPE_RANK
+        const char* labels[] = {"yes", "no"};
+        gguf_set_arr_str(g.get(), (arch + ".classifier.output_labels").c_str(), labels, 2);
+        // The prompt of a query and a document, as llama-server's /rerank fills it in.
+        gguf_set_val_str(g.get(), "tokenizer.chat_template.rerank",
+                         "<|im_start|>user\nQuery: {query}\nDocument: {document}\nRelevant?"
+                         "<|im_end|>\n<|im_start|>assistant\n");
+    }
+    const std::vector<TensorSpec> specs = build_tensors(o.arch, o.shape, n_vocab, o.reranker);
     const ggml_type wtype = weight_type(o.type);
     std::vector<ggml_type> types;
     // Metadata only: the no_alloc context just gives gguf_add_tensor real ggml_tensor headers.
@@ -608,6 +623,9 @@ int main(int argc, char** argv) {
     app.add_option("--chat-template-file", o.chat_template_file,
                    "Jinja file stored as tokenizer.chat_template (overrides the vocab's)");
     app.add_option("--name", o.name, "general.name (default: derived from the options)");
+    app.add_flag("--reranker", o.reranker,
+                 "qwen3 only: a reranker (rank pooling, a yes/no classifier head, a rerank "
+                 "prompt template)");
 
     try {
         app.parse(argc, argv);

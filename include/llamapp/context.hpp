@@ -96,7 +96,9 @@ class Context {
     [[nodiscard]] Result<TokenStream> start(std::span<const Token> prompt,
                                             const GenerateOptions& options = {});
 
-    // Embeddings (the context must be created with embeddings = true).
+    // Embeddings (the context must be created with embeddings = true). A reranker's context
+    // (rank pooling) gives its classifier's scores per input instead, not normalized: the first
+    // is the relevance of a query-document prompt.
     [[nodiscard]] Result<std::vector<float>> embed(std::string_view text,
                                                    const EmbedOptions& options = {});
     [[nodiscard]] Result<std::vector<std::vector<float>>> embed_batch(

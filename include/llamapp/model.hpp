@@ -41,6 +41,7 @@ struct SpecialTokens {
     Token fim_prefix = no_token, fim_suffix = no_token, fim_middle = no_token;
     bool add_bos = false;  // the tokenizer adds BOS by default
     bool add_eos = false;
+    bool add_sep = false;  // a pair of texts (a reranker's query and document) is split by SEP
 };
 
 struct ModelInfo {
@@ -64,6 +65,9 @@ struct ModelInfo {
     bool has_encoder = false;
     bool vocab_only = false;
     std::optional<std::string> chat_template;     // the model's default Jinja template
+    // A reranker's prompt of a query and a document ({query} and {document} in it), from
+    // tokenizer.chat_template.rerank.
+    std::optional<std::string> rerank_template;
     std::map<std::string, std::string> metadata;  // GGUF key/values (long arrays abbreviated)
     SpecialTokens special;
 };

@@ -57,6 +57,11 @@ class Tokenizer {
     InfillTokens infill_tokens() const;
     // The BOS token encode() puts first with add_special (no_token when the model adds none).
     Token added_bos() const;
+    // A reranker's input for one query-document pair, laid out as llama-server lays it out: the
+    // model's rerank template filled in (its special tokens parsed), else BOS, query, EOS, SEP,
+    // document, EOS, each as the vocabulary adds them (SEP where there is no EOS).
+    [[nodiscard]] Result<std::vector<Token>> rerank_prompt(std::string_view query,
+                                                           std::string_view document) const;
 
   private:
     std::shared_ptr<const detail::ModelState> model_;

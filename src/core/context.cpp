@@ -284,11 +284,6 @@ Result<Context> Context::create(const Model& model, const ContextOptions& option
             raw, state->threads.get(),
             state->threads_batch ? state->threads_batch.get() : state->threads.get());
     }
-    if (options.embeddings && llama_pooling_type(raw) == LLAMA_POOLING_TYPE_RANK) {
-        // Rank pooling yields classifier scores, not vectors of n_embd_out floats.
-        return fail(ErrorCode::unsupported_model,
-                    "reranking models are not supported for embeddings", info.architecture);
-    }
     state->can_trim = !info.is_recurrent && !info.is_hybrid;
     return Context(std::move(state));
 }

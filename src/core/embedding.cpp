@@ -95,7 +95,11 @@ Result<std::vector<std::vector<float>>> Context::embed_batch(
     const int limit = std::min(s.n_batch(), s.n_ubatch());
     if (auto ok = validate_inputs(s, inputs, limit); !ok) return std::unexpected(ok.error());
     const std::span<const std::vector<Token>> tokenized = inputs;
-    const int n_embd = llama_model_n_embd_out(detail::model_state(s.model).model.get());
+    // Rank pooling (a reranker) gives the classifier's scores, which are not normalized.
+    const bool rank = llama_pooling_type(s.ctx.get()) == LLAMA_POOLING_TYPE_RANK;
+    const llama_model* model = detail::model_state(s.model).model.get();
+    const int n_out = rank ? static_cast<int>(llama_model_n_cls_out(model))
+                           : llama_model_n_embd_out(model);
     const int n_seq_max = s.n_seq_max();
     std::vector<std::vector<float>> result(inputs.size());
     detail::LlamaBatch batch(limit);
@@ -121,8 +125,8 @@ Result<std::vector<std::vector<float>>> Context::embed_batch(
         for (int k = 0; k < seq; ++k) {
             const float* v = llama_get_embeddings_seq(s.ctx.get(), k);
             if (!v) return fail(ErrorCode::internal, "llama.cpp returned no pooled embedding");
-            std::vector<float> e(v, v + n_embd);
-            normalize(e, options.normalize);
+            std::vector<float> e(v, v + n_out);
+            if (!rank) normalize(e, options.normalize);
             result[first + static_cast<std::size_t>(k)] = std::move(e);
         }
     }

@@ -169,6 +169,7 @@ Result<GgufSummary> probe_gguf(const fs::path& path) {
     if (!summary.architecture.empty()) {
         const auto pooling = int_value(ctx, summary.architecture + ".pooling_type");
         summary.pools = pooling && *pooling > 0;
+        summary.ranks = pooling && *pooling == 4;  // LLAMA_POOLING_TYPE_RANK
         if (auto ok = check_hparams(ctx, summary.architecture, path); !ok)
             return std::unexpected(ok.error());
     }

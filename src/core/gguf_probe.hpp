@@ -16,6 +16,7 @@ struct GgufSummary {
     std::string name;                // general.name, may be empty
     bool has_chat_template = false;  // tokenizer.chat_template
     bool pools = false;              // <arch>.pooling_type says the model pools (an embedder)
+    bool ranks = false;              // ... by rank: a reranker (its pooling gives scores)
 };
 
 // Errors: file_not_found, is_directory, io_error (unreadable), invalid_model_file (not GGUF,

@@ -139,6 +139,7 @@ ModelInfo introspect(const llama_model* model, const llama_vocab* vocab,
     info.has_encoder = llama_model_has_encoder(model);
     info.vocab_only = vocab_only;
     if (const char* tmpl = llama_model_chat_template(model, nullptr)) info.chat_template = tmpl;
+    if (const char* tmpl = llama_model_chat_template(model, "rerank")) info.rerank_template = tmpl;
 
     const int n_meta = llama_model_meta_count(model);
     std::vector<char> key(256), value(4096);
@@ -166,6 +167,7 @@ ModelInfo introspect(const llama_model* model, const llama_vocab* vocab,
     s.fim_middle = llama_vocab_fim_mid(vocab);
     s.add_bos = llama_vocab_get_add_bos(vocab);
     s.add_eos = llama_vocab_get_add_eos(vocab);
+    s.add_sep = llama_vocab_get_add_sep(vocab);
     return info;
 }
 

@@ -91,4 +91,41 @@ Token Tokenizer::added_bos() const {
     return llama_vocab_get_add_bos(model_->vocab) ? llama_vocab_bos(model_->vocab) : no_token;
 }
 
+Result<std::vector<Token>> Tokenizer::rerank_prompt(std::string_view query,
+                                                    std::string_view document) const {
+    const llama_vocab* vocab = model_->vocab;
+    if (const char* tmpl = llama_model_chat_template(model_->model.get(), "rerank")) {
+        // One pass over the template, so that a query holding "{document}" stays as it is.
+        const std::string_view t = tmpl;
+        std::string prompt;
+        for (std::size_t at = 0; at < t.size();) {
+            if (t.substr(at).starts_with("{query}")) {
+                prompt += query;
+                at += std::string_view("{query}").size();
+            } else if (t.substr(at).starts_with("{document}")) {
+                prompt += document;
+                at += std::string_view("{document}").size();
+            } else {
+                prompt += t[at++];
+            }
+        }
+        return encode(prompt, {.add_special = false, .parse_special = true});
+    }
+    auto q = encode(query, {.add_special = false});
+    if (!q) return q;
+    auto d = encode(document, {.add_special = false});
+    if (!d) return d;
+    Token end = llama_vocab_eos(vocab);
+    if (end == LLAMA_TOKEN_NULL) end = llama_vocab_sep(vocab);
+    const bool add_eos = llama_vocab_get_add_eos(vocab);
+    std::vector<Token> out;
+    if (llama_vocab_get_add_bos(vocab)) out.push_back(llama_vocab_bos(vocab));
+    out.insert(out.end(), q->begin(), q->end());
+    if (add_eos) out.push_back(end);
+    if (llama_vocab_get_add_sep(vocab)) out.push_back(llama_vocab_sep(vocab));
+    out.insert(out.end(), d->begin(), d->end());
+    if (add_eos) out.push_back(end);
+    return out;
+}
+
 }  // namespace llamapp

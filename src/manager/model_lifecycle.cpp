@@ -67,6 +67,7 @@ void read_header(ModelEntry& e) {
             e.architecture = header->architecture;
             c.generate = !header->pools;
             c.embed = header->pools;
+            c.rerank = header->ranks;
         } else {
             e.status = ModelStatus::failed;
             e.error = header.error();

@@ -183,15 +183,4 @@ void ServerState::embeddings(const httplib::Request& req, httplib::Response& res
     res.set_content(dump(out), "application/json");
 }
 
-void ServerState::rerank(const httplib::Request& req, httplib::Response&) {
-    const json body = parse_body(req.body);
-    const ServedModel m = serve(body, Need::tokens);
-    // A reranker's context pools by rank, which yields scores, not vectors; the model layer
-    // refuses such models, so no model served here can rank.
-    throw HttpException{protocol_error(
-        501, "not_supported_error",
-        fmt::format("model '{}' is not a reranking model, and llamapp cannot load one yet",
-                    m.lease.id()))};
-}
-
 }  // namespace llamapp::detail

@@ -19,7 +19,7 @@ json capabilities_json(const ModelCapabilities& c) {
     json out = json::array();
     if (c.generate) out.push_back("completion");
     if (c.generate) out.push_back("chat");
-    if (c.embed) out.push_back("embedding");
+    if (c.embed) out.push_back(c.rerank ? "rerank" : "embedding");
     return out;
 }
 
@@ -88,19 +88,25 @@ ServedModel ServerState::serve(const json& body, Need need) const {
         lease = models.acquire("", deadline);
     if (!lease) throw HttpException{model_error(lease.error())};
     const ModelCapabilities& can = lease->capabilities();
-    if ((need == Need::generate && !can.generate) || (need == Need::embed && !can.embed)) {
-        throw HttpException{
-            invalid("model",
-                    fmt::format("the model '{}' does not {}", lease->id(),
-                                need == Need::generate ? "generate text" : "compute embeddings"),
-                    "model_not_capable")};
+    const bool able = need == Need::generate ? can.generate
+                      : need == Need::embed  ? can.embed && !can.rerank
+                      : need == Need::rerank ? can.rerank
+                                             : true;
+    if (!able) {
+        const char* what = need == Need::generate ? "generate text"
+                           : need == Need::embed  ? "compute embeddings"
+                                                  : "rank documents (it is not a reranker)";
+        throw HttpException{invalid(
+            "model", fmt::format("the model '{}' does not {}", lease->id(), what),
+            "model_not_capable")};
     }
     ServedModel m{std::move(*lease)};
     m.limits.vocab_size = m.lease.model().tokenizer().vocab_size();
     m.limits.max_stop_strings = options.max_stop_strings;
     int n_ctx = 0;
     if (need == Need::generate) n_ctx = m.lease.engine().n_ctx();
-    if (need == Need::embed) n_ctx = static_cast<int>(m.lease.embedder().max_input_tokens());
+    if (need == Need::embed || need == Need::rerank)
+        n_ctx = static_cast<int>(m.lease.embedder().max_input_tokens());
     auto bounded = [n_ctx](int limit) { return limit > 0 ? std::min(limit, n_ctx) : n_ctx; };
     m.max_prompt_tokens = bounded(options.max_prompt_tokens);
     m.limits.max_tokens = bounded(options.max_tokens);

@@ -163,7 +163,7 @@ struct ServerState {
     static Completion await_whole(const httplib::Request& req, RequestHandle& handle);
     // /v1/embeddings (and /embeddings); `native`: llama-server's /embedding shape.
     void embeddings(const httplib::Request& req, httplib::Response& res, bool native);
-    // /rerank and its aliases: refused, naming why (no reranking model can be loaded yet).
+    // /rerank and its aliases: documents scored against a query by a reranker (rerank.cpp).
     void rerank(const httplib::Request& req, httplib::Response& res);
     // In the shape of the protocol the request's path speaks (Anthropic's on /v1/messages).
     void send_error(const httplib::Request& req, httplib::Response& res,
@@ -171,7 +171,7 @@ struct ServerState {
     // The model the body's "model" names (absent: the default), loaded if it is not, and what
     // its requests may ask for. Throws HttpException: 404 model_not_found, 503 for a model that
     // failed or does not fit, 429 when too many wait for its load, 400 when it cannot `need`.
-    enum class Need { generate, embed, tokens };
+    enum class Need { generate, embed, rerank, tokens };
     ServedModel serve(const nlohmann::json& body, Need need) const;
     bool authorized(const httplib::Request& req) const;
     // One structured line per request. A generation adds its fields (finish, tokens, timings)

@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -342,4 +343,62 @@ TEST_F(NativeRoutes, InfillNeedsAModelWithFillInTheMiddleTokens) {
         c.Post("/infill", json{{"input_prefix", "a"}, {"input_suffix", "b"}}.dump(),
                "application/json"),
         501, "stories260K has no FIM tokens");
+}
+
+// /rerank on a reranker, in llama-server's two shapes: Jina's and Cohere's (documents; results
+// sorted by relevance_score, top_n of them, with usage) and TEI's (texts; a bare array of
+// scores, with the text on request). An embeddings request to a reranker is refused.
+TEST(NativeRerank, DocumentsAreScoredAndSortedInEitherShape) {
+    ServerProcess server(
+        {"-m", generated_model("qwen3-rerank-tiny.gguf").string(), "-c", "512", "-t", "2"});
+    auto c = server.client();
+    const json docs = {"A cat is a small animal.", "Paris is in France.", "Stocks fell today."};
+    auto r = c.Post("/v1/rerank", json{{"query", "What is a cat?"}, {"documents", docs}}.dump(),
+                    "application/json");
+    ASSERT_TRUE(r && r->status == 200) << (r ? r->body : "no response");
+    const json jina = json::parse(r->body);
+    EXPECT_EQ(jina["object"], "list");
+    EXPECT_EQ(jina["model"], "qwen3-rerank-tiny");
+    EXPECT_GT(jina["usage"]["prompt_tokens"].get<int>(), 20);
+    const json& results = jina["results"];
+    ASSERT_EQ(results.size(), 3u) << jina;
+    std::vector<int> seen;
+    for (std::size_t i = 0; i < results.size(); ++i) {
+        seen.push_back(results[i]["index"]);
+        const double s = results[i]["relevance_score"];
+        EXPECT_TRUE(s > 0 && s < 1) << jina;
+        if (i > 0) {
+            EXPECT_GE(results[i - 1]["relevance_score"].get<double>(), s) << jina;
+        }
+    }
+    std::sort(seen.begin(), seen.end());
+    EXPECT_EQ(seen, (std::vector<int>{0, 1, 2}));
+
+    auto top = c.Post("/rerank",
+                      json{{"query", "What is a cat?"}, {"documents", docs}, {"top_n", 1}}.dump(),
+                      "application/json");
+    ASSERT_TRUE(top && top->status == 200);
+    const json best = json::parse(top->body)["results"];
+    ASSERT_EQ(best.size(), 1u);
+    EXPECT_EQ(best[0], results[0]);
+
+    auto tei = c.Post("/reranking",
+                      json{{"query", "What is a cat?"}, {"texts", docs}, {"return_text", true}}
+                          .dump(),
+                      "application/json");
+    ASSERT_TRUE(tei && tei->status == 200);
+    const json bare = json::parse(tei->body);
+    ASSERT_TRUE(bare.is_array() && bare.size() == 3u) << bare;
+    EXPECT_EQ(bare[0]["index"], results[0]["index"]);
+    EXPECT_NEAR(bare[0]["score"].get<double>(), results[0]["relevance_score"].get<double>(), 1e-5);
+    EXPECT_EQ(bare[0]["text"], docs[results[0]["index"].get<std::size_t>()]);
+
+    for (const json& bad : {json{{"documents", docs}}, json{{"query", "q"}, {"documents", {}}},
+                            json{{"query", "q"}, {"documents", {1, 2}}},
+                            json{{"query", "q"}, {"documents", docs}, {"top_n", 0}}})
+        expect_error_shape(c.Post("/v1/rerank", bad.dump(), "application/json"), 400, bad.dump());
+    expect_error_shape(c.Post("/v1/embeddings", json{{"input", "x"}}.dump(), "application/json"),
+                       400, "embeddings of a reranker");
+    EXPECT_EQ(json::parse(c.Get("/v1/models")->body)["data"][0]["capabilities"],
+              json::array({"rerank"}));
 }

@@ -182,11 +182,11 @@ TEST_F(Server, EmbeddingsAsFloatsAndBase64WithDimensions) {
     expect_error_shape(c.Post("/embedding", json{{"content", "x"}, {"embd_normalize", 1}}.dump(),
                               "application/json"),
                        400, "embd_normalize 1");
-    // No reranker can be loaded: the rerank routes say so.
+    // An embedding model is no reranker: the rerank routes say so (NativeRerank ranks).
     for (const char* path : {"/rerank", "/v1/rerank", "/reranking", "/v1/reranking"})
         expect_error_shape(c.Post(path, json{{"query", "a"}, {"documents", {"b"}}}.dump(),
                                   "application/json"),
-                           501, path);
+                           400, path);
 }
 
 // Token ids are embedded as they are, not detokenized and tokenized again: "hello world" spelled

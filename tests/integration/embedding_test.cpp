@@ -92,3 +92,43 @@ TEST(Embedding, WrongContextKindOrInputIsAnError) {
     ASSERT_FALSE(empty);
     EXPECT_EQ(empty.error().code, ErrorCode::invalid_argument);
 }
+
+// A reranker (rank pooling, a two-label classifier): each input gives its classifier's softmax,
+// not a vector, and a pair's score does not depend on what it was batched with.
+TEST(Embedding, ARerankerScoresEachQueryDocumentPair) {
+    auto model = Model::load(test::generated_model("qwen3-rerank-tiny.gguf"));
+    ASSERT_TRUE(model) << model.error().describe();
+    ASSERT_TRUE(model->info().rerank_template.has_value());
+    const Tokenizer tok = model->tokenizer();
+    std::vector<std::vector<Token>> pairs;
+    for (const char* doc : {"A cat is a small animal.", "Paris is in France.", "{query}"}) {
+        auto p = tok.rerank_prompt("What is a cat?", doc);
+        ASSERT_TRUE(p) << p.error().describe();
+        pairs.push_back(std::move(*p));
+    }
+    // The template's markers are control tokens; a document's text is not a slot.
+    auto marker = tok.encode("<|im_start|>", {.add_special = false, .parse_special = true});
+    ASSERT_TRUE(marker && marker->size() == 1u);
+    EXPECT_EQ(pairs[0].front(), marker->front());
+    auto text = tok.decode(pairs[2]);
+    ASSERT_TRUE(text);
+    EXPECT_NE(text->find("Document: {query}"), std::string::npos) << *text;
+
+    ContextOptions o;
+    o.n_ctx = 512;
+    o.embeddings = true;
+    o.n_seq_max = 4;
+    auto ctx = Context::create(*model, o);
+    ASSERT_TRUE(ctx) << ctx.error().describe();
+    auto all = ctx->embed_batch(std::span<const std::vector<Token>>(pairs));
+    ASSERT_TRUE(all) << all.error().describe();
+    ASSERT_EQ(all->size(), 3u);
+    for (const auto& scores : *all) {
+        ASSERT_EQ(scores.size(), 2u);  // "yes" and "no"
+        EXPECT_NEAR(scores[0] + scores[1], 1.0, 1e-4);
+    }
+    EXPECT_NE((*all)[0][0], (*all)[1][0]);
+    auto alone = ctx->embed_batch(std::span<const std::vector<Token>>(&pairs[1], 1));
+    ASSERT_TRUE(alone);
+    EXPECT_NEAR(alone->front()[0], (*all)[1][0], 1e-4);
+}
