@@ -97,6 +97,8 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
     ap.add_argument("--route", choices=sorted(PATHS), default="openai")
+    ap.add_argument("--extra", type=json.loads, default={},
+                    help='JSON object merged into every request body, e.g. \'{"reasoning_format": "none"}\'')
     args = ap.parse_args()
 
     ttfts, totals, errors = [], [], []
@@ -116,6 +118,7 @@ def main():
                 body["store"] = False
             if args.temperature > 0:
                 body["seed"] = rng.randrange(1 << 30)
+            body.update(args.extra)
             try:
                 ttft, tokens = one_request(args.host, args.port, body, args.route)
             except Exception as e:  # noqa: BLE001 - reported, not hidden

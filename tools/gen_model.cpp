@@ -125,8 +125,7 @@ std::string blk(int il, const char* suffix) {
     return fmt::format("blk.{}.{}", il, suffix);
 }
 
-std::vector<TensorSpec> build_tensors(Arch arch, const Shape& s, int64_t n_vocab,
-                                      bool reranker) {
+std::vector<TensorSpec> build_tensors(Arch arch, const Shape& s, int64_t n_vocab, bool reranker) {
     const int64_t E = s.n_embd;
     std::vector<TensorSpec> t;
     auto mat = [&](std::string name, int64_t in, int64_t out, float stdev = 0.02f) {

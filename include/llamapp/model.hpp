@@ -64,7 +64,7 @@ struct ModelInfo {
     bool is_hybrid = false;
     bool has_encoder = false;
     bool vocab_only = false;
-    std::optional<std::string> chat_template;     // the model's default Jinja template
+    std::optional<std::string> chat_template;  // the model's default Jinja template
     // A reranker's prompt of a query and a document ({query} and {document} in it), from
     // tokenizer.chat_template.rerank.
     std::optional<std::string> rerank_template;

@@ -29,8 +29,8 @@ std::string_view to_string(ModelStatus status);
 
 struct ModelCapabilities {
     bool generate = false;  // completions (and chat: a model without a template gets ChatML)
-    bool embed = false;   // has an Embedder
-    bool rerank = false;  // a reranker: its Embedder gives relevance scores, not vectors
+    bool embed = false;     // has an Embedder
+    bool rerank = false;    // a reranker: its Embedder gives relevance scores, not vectors
 };
 
 // What a request that leaves a field out gets: llama-server's --temp, --top-k, -n and the rest,

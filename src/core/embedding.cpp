@@ -98,8 +98,8 @@ Result<std::vector<std::vector<float>>> Context::embed_batch(
     // Rank pooling (a reranker) gives the classifier's scores, which are not normalized.
     const bool rank = llama_pooling_type(s.ctx.get()) == LLAMA_POOLING_TYPE_RANK;
     const llama_model* model = detail::model_state(s.model).model.get();
-    const int n_out = rank ? static_cast<int>(llama_model_n_cls_out(model))
-                           : llama_model_n_embd_out(model);
+    const int n_out =
+        rank ? static_cast<int>(llama_model_n_cls_out(model)) : llama_model_n_embd_out(model);
     const int n_seq_max = s.n_seq_max();
     std::vector<std::vector<float>> result(inputs.size());
     detail::LlamaBatch batch(limit);

@@ -276,7 +276,7 @@ class OpenAiReply : public StreamFormat {
     std::optional<VerboseReply> verbose_;
     bool started_ = false;  // of the choice streamed now
     std::size_t choices_ = 1;
-    std::size_t index_ = 0;  // the choice streamed now
+    std::size_t index_ = 0;      // the choice streamed now
     int completion_tokens_ = 0;  // of the choices streamed so far
 };
 

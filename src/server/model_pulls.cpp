@@ -51,8 +51,7 @@ Result<void> ModelPulls::start(const HubRef& ref) {
     const std::string name = ref.to_string();
     std::lock_guard lock(mutex_);
     if (stopping_) return fail(ErrorCode::shutting_down, "the server is stopping");
-    if (models_.find(name) ||
-        std::find(pulling_.begin(), pulling_.end(), name) != pulling_.end())
+    if (models_.find(name) || std::find(pulling_.begin(), pulling_.end(), name) != pulling_.end())
         return fail(ErrorCode::already_exists,
                     "the model '" + name + "' exists already or is being pulled", name);
     pulling_.push_back(name);

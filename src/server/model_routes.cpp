@@ -96,9 +96,9 @@ ServedModel ServerState::serve(const json& body, Need need) const {
         const char* what = need == Need::generate ? "generate text"
                            : need == Need::embed  ? "compute embeddings"
                                                   : "rank documents (it is not a reranker)";
-        throw HttpException{invalid(
-            "model", fmt::format("the model '{}' does not {}", lease->id(), what),
-            "model_not_capable")};
+        throw HttpException{invalid("model",
+                                    fmt::format("the model '{}' does not {}", lease->id(), what),
+                                    "model_not_capable")};
     }
     ServedModel m{std::move(*lease)};
     m.limits.vocab_size = m.lease.model().tokenizer().vocab_size();

@@ -293,15 +293,15 @@ void ServerState::props(const httplib::Request& req, httplib::Response& res) con
         // The server itself, in the shape llama-server's router gives: its fields for one model
         // hold placeholders, and ?model= names one.
         const ModelManagerOptions& manager = models.options();
-        res.set_content(dump(json{{"role", "router"},
-                                  {"max_instances", manager.max_models},
-                                  {"models_autoload", manager.load_on_request},
-                                  {"model_alias", "llamapp"},
-                                  {"model_path", "none"},
-                                  {"default_generation_settings", {{"params", json::object()},
-                                                                   {"n_ctx", 0}}},
-                                  {"build_info", llama_build_tag()}}),
-                        "application/json");
+        res.set_content(
+            dump(json{{"role", "router"},
+                      {"max_instances", manager.max_models},
+                      {"models_autoload", manager.load_on_request},
+                      {"model_alias", "llamapp"},
+                      {"model_path", "none"},
+                      {"default_generation_settings", {{"params", json::object()}, {"n_ctx", 0}}},
+                      {"build_info", llama_build_tag()}}),
+            "application/json");
         return;
     }
     json body = json::object();

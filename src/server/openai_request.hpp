@@ -72,6 +72,11 @@ void refuse_tools_with_grammar(const GenerationRequest& g, const std::string& pa
 std::string required_string(const nlohmann::json& parent, const char* name,
                             const std::string& where);
 
+// Temperature and the other samplers, stop, logit_bias, logprobs and response_format, over
+// what `out` holds (the model's defaults); sampling_fields.cpp.
+void parse_sampling_fields(const nlohmann::json& body, const RequestLimits& limits, bool chat,
+                           GenerationRequest& out);
+
 // Typed field access for the other endpoints; a value of the wrong type or range is an
 // HttpException naming the field.
 const nlohmann::json* optional_field(const nlohmann::json& body, const char* name);

@@ -9,17 +9,14 @@ namespace {
 struct ReplyStream {
     ReplyStream(ModelLease l, std::vector<RequestHandle> h, InFlight c,
                 std::unique_ptr<StreamFormat> f)
-        : lease(std::move(l)),
-          handles(std::move(h)),
-          counted(std::move(c)),
-          format(std::move(f)) {}
+        : lease(std::move(l)), handles(std::move(h)), counted(std::move(c)), format(std::move(f)) {}
     ReplyStream(const ReplyStream&) = delete;
     ReplyStream& operator=(const ReplyStream&) = delete;
     ~ReplyStream() {
         if (server) server->access_log(method, path, 200, bytes, id, fields);
     }
 
-    ModelLease lease;  // first: released after the handles
+    ModelLease lease;                    // first: released after the handles
     std::vector<RequestHandle> handles;  // one per choice, streamed in order
     std::size_t current = 0;
     bool failed = false;  // a choice ended in an error: the stream ends with it

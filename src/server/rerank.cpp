@@ -33,8 +33,8 @@ RerankRequest parse_rerank(const json& body, int max_documents) {
     const char* name = r.tei ? "texts" : "documents";
     if (r.tei) docs = optional_field(body, "texts");
     if (!docs || !docs->is_array() || docs->empty())
-        throw HttpException{invalid(name, fmt::format("'{}' must be a non-empty array of strings",
-                                                      name))};
+        throw HttpException{
+            invalid(name, fmt::format("'{}' must be a non-empty array of strings", name))};
     if (docs->size() > static_cast<std::size_t>(max_documents))
         throw HttpException{invalid(name, fmt::format("at most {} documents", max_documents))};
     for (std::size_t i = 0; i < docs->size(); ++i) {
@@ -47,7 +47,8 @@ RerankRequest parse_rerank(const json& body, int max_documents) {
     if (const json* v = optional_field(body, "top_n"))
         r.top_n = static_cast<std::size_t>(
             integer_field(*v, "top_n", 1, static_cast<long long>(r.documents.size())));
-    if (const json* v = optional_field(body, "return_text")) r.return_text = bool_field(*v, "return_text");
+    if (const json* v = optional_field(body, "return_text"))
+        r.return_text = bool_field(*v, "return_text");
     return r;
 }
 

@@ -5,11 +5,11 @@
 #include <atomic>
 #include <csignal>
 #include <cstdlib>
-#include <mutex>
-#include <thread>
 #include <filesystem>
+#include <mutex>
 #include <regex>
 #include <string>
+#include <thread>
 
 #include "support/command.hpp"
 #include "support/eventually.hpp"
@@ -114,12 +114,13 @@ TEST_F(CliHub, AClientPullsAModelAndFollowsItsEvents) {
     std::atomic<bool> subscribed = false, done = false;
     std::thread listener([&] {
         auto c = server.client();
-        c.Get("/models/sse", [&](const httplib::Response&) { return subscribed = true, true; },
-              [&](const char* data, std::size_t n) {
-                  std::lock_guard lock(mutex);
-                  events.append(data, n);
-                  return !done;
-              });
+        c.Get(
+            "/models/sse", [&](const httplib::Response&) { return subscribed = true, true; },
+            [&](const char* data, std::size_t n) {
+                std::lock_guard lock(mutex);
+                events.append(data, n);
+                return !done;
+            });
     });
     auto seen = [&](const std::string& what) {
         std::lock_guard lock(mutex);
@@ -146,9 +147,10 @@ TEST_F(CliHub, AClientPullsAModelAndFollowsItsEvents) {
 
     EXPECT_EQ(c.Post("/models", body, "application/json")->status, 409);
     EXPECT_EQ(c.Post("/models", R"({"model":"tale.gguf"})", "application/json")->status, 400);
-    auto chat = c.Post("/v1/completions",
-                       R"({"model":"test/stories:Q8_0","prompt":"Once upon a time","max_tokens":3})",
-                       "application/json");
+    auto chat =
+        c.Post("/v1/completions",
+               R"({"model":"test/stories:Q8_0","prompt":"Once upon a time","max_tokens":3})",
+               "application/json");
     ASSERT_TRUE(chat);
     EXPECT_EQ(chat->status, 200) << chat->body;
     EXPECT_EQ(c.Delete("/models?model=test/stories:Q8_0")->status, 200);

@@ -367,8 +367,7 @@ TEST(LlamaServerFlags, WithoutAModelTheServerIsARouter) {
                        {"messages", {{{"role", "user"}, {"content", "Hi"}}}},
                        {"max_tokens", 2}};
     const json refused = post(c, "/v1/chat/completions", chat, 400);
-    EXPECT_NE(refused["error"]["message"].get<std::string>().find("not loaded"),
-              std::string::npos)
+    EXPECT_NE(refused["error"]["message"].get<std::string>().find("not loaded"), std::string::npos)
         << refused;
     post(c, "/models/load", {{"model", "tale"}}, 202);
     EXPECT_TRUE(eventually([&] {

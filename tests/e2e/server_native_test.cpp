@@ -328,21 +328,20 @@ TEST(NativeInfill, TheGapIsLaidOutAsLlamaServerLaysItOut) {
     ASSERT_TRUE(s);
     EXPECT_EQ(s->status, 200);
     EXPECT_EQ(json::parse(sse_events(s->body).back().substr(6))["tokens_predicted"], 4);
-    for (const json& bad : {json{{"input_prefix", "a"}},
-                            json{{"input_prefix", "a"}, {"input_suffix", 5}},
-                            json{{"input_prefix", "a"}, {"input_suffix", "b"}, {"input_extra", "x"}},
-                            json{{"input_prefix", "a"},
-                                 {"input_suffix", "b"},
-                                 {"input_extra", {{{"filename", "f"}}}}}})
+    for (const json& bad :
+         {json{{"input_prefix", "a"}}, json{{"input_prefix", "a"}, {"input_suffix", 5}},
+          json{{"input_prefix", "a"}, {"input_suffix", "b"}, {"input_extra", "x"}},
+          json{{"input_prefix", "a"},
+               {"input_suffix", "b"},
+               {"input_extra", {{{"filename", "f"}}}}}})
         expect_error_shape(c.Post("/infill", bad.dump(), "application/json"), 400, bad.dump());
 }
 
 TEST_F(NativeRoutes, InfillNeedsAModelWithFillInTheMiddleTokens) {
     auto c = server_->client();
-    expect_error_shape(
-        c.Post("/infill", json{{"input_prefix", "a"}, {"input_suffix", "b"}}.dump(),
-               "application/json"),
-        501, "stories260K has no FIM tokens");
+    expect_error_shape(c.Post("/infill", json{{"input_prefix", "a"}, {"input_suffix", "b"}}.dump(),
+                              "application/json"),
+                       501, "stories260K has no FIM tokens");
 }
 
 // /rerank on a reranker, in llama-server's two shapes: Jina's and Cohere's (documents; results
@@ -382,10 +381,10 @@ TEST(NativeRerank, DocumentsAreScoredAndSortedInEitherShape) {
     ASSERT_EQ(best.size(), 1u);
     EXPECT_EQ(best[0], results[0]);
 
-    auto tei = c.Post("/reranking",
-                      json{{"query", "What is a cat?"}, {"texts", docs}, {"return_text", true}}
-                          .dump(),
-                      "application/json");
+    auto tei =
+        c.Post("/reranking",
+               json{{"query", "What is a cat?"}, {"texts", docs}, {"return_text", true}}.dump(),
+               "application/json");
     ASSERT_TRUE(tei && tei->status == 200);
     const json bare = json::parse(tei->body);
     ASSERT_TRUE(bare.is_array() && bare.size() == 3u) << bare;

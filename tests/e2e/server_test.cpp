@@ -184,9 +184,9 @@ TEST_F(Server, EmbeddingsAsFloatsAndBase64WithDimensions) {
                        400, "embd_normalize 1");
     // An embedding model is no reranker: the rerank routes say so (NativeRerank ranks).
     for (const char* path : {"/rerank", "/v1/rerank", "/reranking", "/v1/reranking"})
-        expect_error_shape(c.Post(path, json{{"query", "a"}, {"documents", {"b"}}}.dump(),
-                                  "application/json"),
-                           400, path);
+        expect_error_shape(
+            c.Post(path, json{{"query", "a"}, {"documents", {"b"}}}.dump(), "application/json"),
+            400, path);
 }
 
 // Token ids are embedded as they are, not detokenized and tokenized again: "hello world" spelled
