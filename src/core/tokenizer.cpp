@@ -93,10 +93,10 @@ Token Tokenizer::added_bos() const {
 
 Result<std::vector<Token>> Tokenizer::rerank_prompt(std::string_view query,
                                                     std::string_view document) const {
-    const llama_vocab* vocab = model_->vocab;
-    if (const char* tmpl = llama_model_chat_template(model_->model.get(), "rerank")) {
+    const ModelInfo& info = model_->info;
+    if (info.rerank_template) {
         // One pass over the template, so that a query holding "{document}" stays as it is.
-        const std::string_view t = tmpl;
+        const std::string_view t = *info.rerank_template;
         std::string prompt;
         for (std::size_t at = 0; at < t.size();) {
             if (t.substr(at).starts_with("{query}")) {
@@ -115,16 +115,15 @@ Result<std::vector<Token>> Tokenizer::rerank_prompt(std::string_view query,
     if (!q) return q;
     auto d = encode(document, {.add_special = false});
     if (!d) return d;
-    Token end = llama_vocab_eos(vocab);
-    if (end == LLAMA_TOKEN_NULL) end = llama_vocab_sep(vocab);
-    const bool add_eos = llama_vocab_get_add_eos(vocab);
+    const SpecialTokens& t = info.special;
+    const Token end = t.eos != no_token ? t.eos : t.sep;
     std::vector<Token> out;
-    if (llama_vocab_get_add_bos(vocab)) out.push_back(llama_vocab_bos(vocab));
+    if (t.add_bos) out.push_back(t.bos);
     out.insert(out.end(), q->begin(), q->end());
-    if (add_eos) out.push_back(end);
-    if (llama_vocab_get_add_sep(vocab)) out.push_back(llama_vocab_sep(vocab));
+    if (t.add_eos) out.push_back(end);
+    if (t.add_sep) out.push_back(t.sep);
     out.insert(out.end(), d->begin(), d->end());
-    if (add_eos) out.push_back(end);
+    if (t.add_eos) out.push_back(end);
     return out;
 }
 

@@ -157,3 +157,20 @@ TEST(Detokenizer, StreamsMultiByteCharactersWhole) {
     EXPECT_EQ(out, text);
     EXPECT_GT(partial_tokens, 0) << "the fixture should split a character across tokens";
 }
+
+// A reranker without a rerank template gets llama-server's layout, as the vocabulary's flags
+// say: the llama SPM vocabulary adds BOS and neither EOS nor SEP.
+TEST(Tokenizer, ARerankPairWithoutATemplateIsLaidOutByTheVocabulary) {
+    Model m = load_vocab(test::shared_model("vocab/ggml-vocab-llama-spm.gguf"));
+    const Tokenizer tok = m.tokenizer();
+    const SpecialTokens& s = m.info().special;
+    ASSERT_TRUE(s.add_bos && !s.add_eos && !s.add_sep);
+    auto q = tok.encode("what is a cat", {.add_special = false});
+    auto d = tok.encode("a small animal", {.add_special = false});
+    auto pair = tok.rerank_prompt("what is a cat", "a small animal");
+    ASSERT_TRUE(q && d && pair);
+    std::vector<Token> expected = {s.bos};
+    expected.insert(expected.end(), q->begin(), q->end());
+    expected.insert(expected.end(), d->begin(), d->end());
+    EXPECT_EQ(*pair, expected);
+}
