@@ -4,7 +4,7 @@
 N clients each send streaming /v1/completions requests back to back, every prompt distinct
 (--route native: llama-server's /completion; chat: /v1/chat/completions, the prompt as a user
 message; messages: Anthropic's /v1/messages, the same; responses: OpenAI's /v1/responses, the prompt
-as input).
+as input; ollama: Ollama's /api/chat, the prompt as a user message, streamed as NDJSON).
 Reports aggregate generated tokens/s over the whole run and TTFT percentiles (request sent ->
 first streamed token). Prints one JSON line.
 """
@@ -25,11 +25,13 @@ def prompt(rng, words):
 
 
 PATHS = {"openai": "/v1/completions", "native": "/completion", "chat": "/v1/chat/completions",
-         "messages": "/v1/messages", "responses": "/v1/responses"}
+         "messages": "/v1/messages", "responses": "/v1/responses", "ollama": "/api/chat"}
 
 
 def generated(event):
-    """Tokens of text one streamed event carries, in any of the five shapes."""
+    """Tokens of text one streamed event carries, in any of the six shapes."""
+    if "message" in event:  # Ollama: a line per piece
+        return 1 if event["message"].get("content") else 0
     if event.get("type") == "response.output_text.delta":  # Responses
         return 1 if event["delta"] else 0
     if event.get("type") == "content_block_delta":  # Anthropic: a text delta per piece
@@ -56,9 +58,13 @@ def one_request(host, port, body, route):
     usage = None
     for raw in resp:
         line = raw.decode("utf-8", "replace").strip()
+        if route == "ollama" and line:
+            line = "data: " + line  # NDJSON: every line is an event
         if not line.startswith("data: ") or line == "data: [DONE]":
             continue
         event = json.loads(line[6:])
+        if event.get("done") is True:
+            usage = {"completion_tokens": event["eval_count"]}
         if event.get("usage"):
             usage = event["usage"]
         if event.get("type") == "message_delta":
@@ -110,8 +116,12 @@ def main():
             body = {"prompt": prompt(rng, args.prompt_words), "max_tokens": args.max_tokens,
                     "temperature": args.temperature, "stream": True, "ignore_eos": True,
                     "stream_options": {"include_usage": True}}
-            if args.route in ("chat", "messages"):
+            if args.route in ("chat", "messages", "ollama"):
                 body["messages"] = [{"role": "user", "content": body.pop("prompt")}]
+            if args.route == "ollama":  # Ollama's names; it has no ignore_eos
+                body = {"messages": body["messages"], "stream": True,
+                        "options": {"num_predict": body["max_tokens"],
+                                    "temperature": body["temperature"]}}
             if args.route == "responses":
                 body["input"] = body.pop("prompt")
                 body["max_output_tokens"] = body.pop("max_tokens")

@@ -194,7 +194,13 @@ void add_serve_options(CLI::App& cmd, ServeFlags& flags) {
     ServerOptions& s = flags.server;
     add_model_flags(cmd, flags);
     add_llama_option(cmd, "--host", s.host, "address to listen on")->capture_default_str();
-    add_llama_option(cmd, "--port", s.port, "port (0 = any free port)")->capture_default_str();
+    CLI::Option* port =
+        add_llama_option(cmd, "--port", s.port, "port (0 = any free port)")->capture_default_str();
+    // Tools written for Ollama look for it on its port; the other protocols are served there too.
+    cmd.add_flag_callback(
+           "--ollama", [&s] { s.port = 11434; },
+           "listen on Ollama's port, 11434, so that its clients find the server unconfigured")
+        ->excludes(port);
     cmd.add_option("--unix-socket", s.unix_socket, "listen on a unix socket instead");
     add_llama_option(cmd, "--api-key", flags.api_keys,
                      "require Authorization: Bearer KEY (repeatable, or a comma list)")

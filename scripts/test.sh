@@ -29,8 +29,8 @@ if [ -n "$sanitize" ]; then
   export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1:suppressions=$root/tests/tsan.supp}
 fi
 "$root/scripts/setup.sh"
-# The official OpenAI and Anthropic Node SDKs for the server's end-to-end tests, pinned by their
-# lock file.
+# The official OpenAI, Anthropic and Ollama Node libraries for the server's end-to-end tests,
+# pinned by their lock file.
 sdk="$root/tests/e2e/client_sdks"
 if ! cmp -s "$sdk/package-lock.json" "$sdk/node_modules/.installed-from-lock" 2>/dev/null; then
   npm ci --prefix "$sdk" --no-audit --no-fund --loglevel=error >&2

@@ -80,8 +80,11 @@ struct ModelListing {
     std::vector<std::string> tags;
     std::filesystem::path path;
     std::string source;
-    std::optional<HubRef> hub;  // a model from the Hugging Face hub
-    std::string architecture;   // from the GGUF header
+    std::optional<HubRef> hub;    // a model from the Hugging Face hub
+    std::string architecture;     // from the GGUF header
+    std::uint64_t file_size = 0;  // of the GGUF (the first part of a split set)
+    std::uint64_t n_params = 0;   // weights in that file
+    std::string quantization;     // llama-quantize's name of general.file_type ("Q4_K_M")
     ModelStatus status = ModelStatus::unloaded;
     float progress = 0;          // of a load in flight, in [0, 1]
     bool downloading = false;    // loading, and still pulling its files (progress is the pull's)
@@ -175,6 +178,11 @@ class ModelManager {
     [[nodiscard]] Result<void> add(ModelSpec spec);
     // Unloads it if needed and forgets it. Errors: not_found.
     [[nodiscard]] Result<void> remove(const std::string& name);
+    // Another name for a model, as Ollama's copy makes one. Errors: not_found, invalid_argument
+    // (a bad name), already_exists (a model or an alias has that name).
+    [[nodiscard]] Result<void> add_alias(const std::string& name, const std::string& alias);
+    // Forgets an alias; the model keeps its other names. Errors: not_found (no such alias).
+    [[nodiscard]] Result<void> remove_alias(const std::string& alias);
     // The model an empty name means; the first one added until set. Errors: not_found.
     [[nodiscard]] Result<void> set_default(const std::string& name);
 
@@ -186,10 +194,11 @@ class ModelManager {
     // queue_full (max_models reached and nothing idle may be unloaded).
     [[nodiscard]] Result<void> load(const std::string& name);
     // A lease on a ready model, loading it first if it is known but unloaded, and waiting while
-    // it loads (until `deadline`). `keep_alive` replaces the model's from now on, as Ollama's
-    // per-request keep_alive does. Errors: not_found, model_unavailable (its load failed),
-    // timeout, queue_full (too many waiting), unsupported_operation (not loaded, and the
-    // options say not to load on request), those of load().
+    // it loads (until `deadline`). `keep_alive` is the idle time after this use, as Ollama's
+    // per-request keep_alive is; unset, the model's own applies again. Errors: not_found,
+    // model_unavailable (its load failed), timeout, queue_full (too many waiting),
+    // unsupported_operation (not loaded, and the options say not to load on request), those of
+    // load().
     [[nodiscard]] Result<ModelLease> acquire(
         const std::string& name,
         std::chrono::steady_clock::time_point deadline =

@@ -95,7 +95,66 @@ Result<void> check_hparams(const gguf_context* ctx, const std::string& arch, con
     return {};
 }
 
+GgufEntry entry_of(const gguf_context* ctx, std::int64_t id) {
+    GgufEntry e{.key = gguf_get_key(ctx, id)};
+    const gguf_type type = gguf_get_kv_type(ctx, id);
+    switch (type) {
+        case GGUF_TYPE_STRING:
+            e.text = gguf_get_val_str(ctx, id);
+            break;
+        case GGUF_TYPE_ARRAY:
+            e.kind = GgufEntry::Kind::array;
+            e.length = gguf_get_arr_n(ctx, id);
+            break;
+        case GGUF_TYPE_BOOL:
+            e.kind = GgufEntry::Kind::boolean;
+            e.number = gguf_get_val_bool(ctx, id) ? 1 : 0;
+            break;
+        case GGUF_TYPE_FLOAT32:
+            e.kind = GgufEntry::Kind::real;
+            e.number = gguf_get_val_f32(ctx, id);
+            break;
+        case GGUF_TYPE_FLOAT64:
+            e.kind = GgufEntry::Kind::real;
+            e.number = gguf_get_val_f64(ctx, id);
+            break;
+        default:
+            e.kind = GgufEntry::Kind::integer;
+            e.number = static_cast<double>(int_value(ctx, e.key).value_or(0));
+    }
+    return e;
+}
+
+// What the header's keys say about the model, and all of them.
+void read_keys(const gguf_context* ctx, GgufSummary& summary) {
+    for (std::int64_t i = 0; i < gguf_get_n_kv(ctx); ++i) {
+        GgufEntry e = entry_of(ctx, i);
+        if (e.key == "general.architecture" && e.kind == GgufEntry::Kind::string)
+            summary.architecture = e.text;
+        if (e.key == "general.name" && e.kind == GgufEntry::Kind::string) summary.name = e.text;
+        if (e.key == "tokenizer.chat_template") summary.has_chat_template = true;
+        if (e.key == "general.file_type" && e.kind == GgufEntry::Kind::integer)
+            summary.file_type = static_cast<int>(e.number);
+        summary.metadata.push_back(std::move(e));
+    }
+}
+
 }  // namespace
+
+std::string file_type_name(int file_type) {
+    // llama_ftype's values (llama.h), named as llama-quantize names them.
+    static constexpr std::pair<int, const char*> names[] = {
+        {0, "F32"},      {1, "F16"},      {2, "Q4_0"},    {3, "Q4_1"},    {7, "Q8_0"},
+        {8, "Q5_0"},     {9, "Q5_1"},     {10, "Q2_K"},   {11, "Q3_K_S"}, {12, "Q3_K_M"},
+        {13, "Q3_K_L"},  {14, "Q4_K_S"},  {15, "Q4_K_M"}, {16, "Q5_K_S"}, {17, "Q5_K_M"},
+        {18, "Q6_K"},    {19, "IQ2_XXS"}, {20, "IQ2_XS"}, {21, "Q2_K_S"}, {22, "IQ3_XS"},
+        {23, "IQ3_XXS"}, {24, "IQ1_S"},   {25, "IQ4_NL"}, {26, "IQ3_S"},  {27, "IQ3_M"},
+        {28, "IQ2_S"},   {29, "IQ2_M"},   {30, "IQ4_XS"}, {31, "IQ1_M"},  {32, "BF16"},
+        {36, "TQ1_0"},   {37, "TQ2_0"},   {38, "MXFP4"}};
+    for (const auto& [value, name] : names)
+        if (value == file_type) return name;
+    return "unknown";
+}
 
 Result<GgufSummary> probe_gguf(const fs::path& path) {
     std::error_code ec;
@@ -151,6 +210,10 @@ Result<GgufSummary> probe_gguf(const fs::path& path) {
         const std::uint64_t end =
             data_offset + gguf_get_tensor_offset(ctx, i) + gguf_get_tensor_size(ctx, i);
         if (end > data_end) data_end = end;
+        const ggml_type type = gguf_get_tensor_type(ctx, i);
+        if (const std::size_t unit = ggml_type_size(type); unit > 0)
+            summary.n_params += gguf_get_tensor_size(ctx, i) / unit *
+                                static_cast<std::uint64_t>(ggml_blck_size(type));
     }
     if (data_end > summary.file_size) {
         return fail(ErrorCode::invalid_model_file,
@@ -158,14 +221,7 @@ Result<GgufSummary> probe_gguf(const fs::path& path) {
                     path.string() + ": needs " + std::to_string(data_end) + " bytes, has " +
                         std::to_string(summary.file_size));
     }
-    const std::int64_t arch_key = gguf_find_key(ctx, "general.architecture");
-    if (arch_key >= 0 && gguf_get_kv_type(ctx, arch_key) == GGUF_TYPE_STRING) {
-        summary.architecture = gguf_get_val_str(ctx, arch_key);
-    }
-    if (const std::int64_t k = gguf_find_key(ctx, "general.name");
-        k >= 0 && gguf_get_kv_type(ctx, k) == GGUF_TYPE_STRING)
-        summary.name = gguf_get_val_str(ctx, k);
-    summary.has_chat_template = gguf_find_key(ctx, "tokenizer.chat_template") >= 0;
+    read_keys(ctx, summary);
     if (!summary.architecture.empty()) {
         const auto pooling = int_value(ctx, summary.architecture + ".pooling_type");
         summary.pools = pooling && *pooling > 0;

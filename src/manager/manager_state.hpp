@@ -28,6 +28,8 @@ struct LoadedModel {
 struct ModelEntry {
     ModelSpec spec;
     std::string architecture;
+    std::uint64_t file_size = 0, n_params = 0;
+    std::string quantization;
     ModelCapabilities capabilities;
     ModelStatus status = ModelStatus::unloaded;
     std::optional<Error> error;

@@ -65,6 +65,9 @@ void read_header(ModelEntry& e) {
     if (!e.spec.path.empty()) {
         if (auto header = probe_gguf(e.spec.path); header) {
             e.architecture = header->architecture;
+            e.file_size = header->file_size;
+            e.n_params = header->n_params;
+            e.quantization = file_type_name(header->file_type);
             c.generate = !header->pools;
             c.embed = header->pools;
             c.rerank = header->ranks;
@@ -100,6 +103,9 @@ ModelListing ManagerState::listing(const ModelEntry& e) const {
     ModelListing l;
     l.id = e.spec.id;
     l.aliases = e.spec.aliases;
+    l.file_size = e.file_size;
+    l.n_params = e.n_params;
+    l.quantization = e.quantization;
     l.tags = e.spec.tags;
     l.path = e.spec.path;
     l.source = e.spec.source;

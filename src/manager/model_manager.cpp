@@ -208,6 +208,30 @@ Result<void> ModelManager::remove(const std::string& name) {
     return {};
 }
 
+Result<void> ModelManager::add_alias(const std::string& name, const std::string& alias) {
+    if (auto ok = check_name(alias, "alias"); !ok) return ok;
+    std::lock_guard lock(state_->mutex);
+    ModelEntry* e = state_->find(name);
+    if (!e) return std::unexpected(not_known(name));
+    if (state_->find(alias))
+        return fail(ErrorCode::already_exists, fmt::format("the model '{}' exists already", alias),
+                    alias);
+    e->spec.aliases.push_back(alias);
+    state_->aliases[alias] = e->spec.id;
+    return {};
+}
+
+Result<void> ModelManager::remove_alias(const std::string& alias) {
+    std::lock_guard lock(state_->mutex);
+    auto it = state_->aliases.find(alias);
+    if (it == state_->aliases.end())
+        return fail(ErrorCode::not_found, fmt::format("'{}' is not an alias", alias), alias);
+    if (auto e = state_->entries.find(it->second); e != state_->entries.end())
+        std::erase(e->second->spec.aliases, alias);
+    state_->aliases.erase(it);
+    return {};
+}
+
 Result<void> ModelManager::set_default(const std::string& name) {
     std::lock_guard lock(state_->mutex);
     ModelEntry* e = state_->find(name);
@@ -230,7 +254,7 @@ Result<ModelLease> ModelManager::acquire(const std::string& name,
     std::unique_lock lock(s.mutex);
     ModelEntry* e = s.find(name);
     if (!e) return std::unexpected(not_known(name));
-    if (keep_alive) e->keep_alive = keep_alive;
+    e->keep_alive = keep_alive;  // the last use decides, as Ollama's requests do
     for (;;) {
         switch (e->status) {
             case ModelStatus::ready:

@@ -45,7 +45,7 @@ void truncate_and_normalize(std::vector<float>& v, std::size_t d) {
 // embedder validates them); each within the prompt limit.
 std::vector<std::vector<Token>> embedding_inputs(const json& body, const Tokenizer& tokenizer,
                                                  const RequestLimits& limits, int max_inputs,
-                                                 int max_tokens) {
+                                                 int max_tokens, bool truncate) {
     const json* input = optional_field(body, "input");
     if (!input)
         throw HttpException{invalid("input", "'input' is required", "missing_required_parameter")};
@@ -88,7 +88,9 @@ std::vector<std::vector<Token>> embedding_inputs(const json& body, const Tokeniz
     if (inputs.size() > static_cast<std::size_t>(max_inputs))
         throw HttpException{
             invalid("input", fmt::format("at most {} inputs per request", max_inputs))};
-    for (const auto& tokens : inputs) {
+    for (auto& tokens : inputs) {
+        if (truncate && static_cast<int>(tokens.size()) > max_tokens)
+            tokens.resize(static_cast<std::size_t>(max_tokens));
         if (static_cast<int>(tokens.size()) > max_tokens) {
             throw HttpException{
                 http_error(Error{ErrorCode::context_overflow,
@@ -123,13 +125,12 @@ EmbeddingFormat embedding_format(const json& body, int n_embd) {
     return f;
 }
 
-json embeddings_json(std::vector<std::vector<float>> vectors, const EmbeddingFormat& format) {
+json embeddings_json(std::vector<std::vector<float>> vectors, bool base64_encoded) {
     json data = json::array();
     for (std::size_t i = 0; i < vectors.size(); ++i) {
-        std::vector<float>& v = vectors[i];
-        if (format.dimensions < v.size()) truncate_and_normalize(v, format.dimensions);
+        const std::vector<float>& v = vectors[i];
         json item = {{"object", "embedding"}, {"index", i}};
-        if (format.base64)
+        if (base64_encoded)
             item["embedding"] =
                 base64(reinterpret_cast<const std::uint8_t*>(v.data()), v.size() * sizeof(float));
         else
@@ -151,6 +152,25 @@ Normalization normalization(const json& body) {
 
 }  // namespace
 
+ComputedEmbeddings ServerState::compute_embeddings(const json& body, const ServedModel& m,
+                                                   bool truncate) const {
+    const ModelInfo& info = m.lease.model().info();
+    const int n_embd = info.n_embd_out > 0 ? info.n_embd_out : info.n_embd;
+    const EmbeddingFormat format = embedding_format(body, n_embd);
+    auto inputs = embedding_inputs(body, m.lease.model().tokenizer(), m.limits,
+                                   options.max_embedding_inputs, m.max_prompt_tokens, truncate);
+    ComputedEmbeddings out;
+    out.base64 = format.base64;
+    for (const auto& tokens : inputs) out.prompt_tokens += static_cast<int>(tokens.size());
+    // On the embedder's own thread; this one only waits.
+    auto vectors = m.lease.embedder().embed(std::move(inputs), {.normalize = normalization(body)});
+    if (!vectors) throw HttpException{http_error(vectors.error(), "input")};
+    out.vectors = std::move(*vectors);
+    for (std::vector<float>& v : out.vectors)
+        if (format.dimensions < v.size()) truncate_and_normalize(v, format.dimensions);
+    return out;
+}
+
 void ServerState::embeddings(const httplib::Request& req, httplib::Response& res, bool native) {
     InFlight counted(*this);  // from the start: a drain that begins now waits for this request
     json body = parse_body(req.body);
@@ -159,27 +179,18 @@ void ServerState::embeddings(const httplib::Request& req, httplib::Response& res
         native && content && !body.contains("input"))
         body["input"] = *content;
     const ServedModel m = serve(body, Need::embed);
-    const ModelInfo& info = m.lease.model().info();
-    const int n_embd = info.n_embd_out > 0 ? info.n_embd_out : info.n_embd;
-    const EmbeddingFormat format = embedding_format(body, n_embd);
-    auto inputs = embedding_inputs(body, m.lease.model().tokenizer(), m.limits,
-                                   options.max_embedding_inputs, m.max_prompt_tokens);
-    int prompt_tokens = 0;
-    for (const auto& tokens : inputs) prompt_tokens += static_cast<int>(tokens.size());
-    // On the embedder's own thread; this one only waits.
-    auto vectors = m.lease.embedder().embed(std::move(inputs), {.normalize = normalization(body)});
-    if (!vectors) throw HttpException{http_error(vectors.error(), "input")};
+    ComputedEmbeddings e = compute_embeddings(body, m, false);
     if (native) {  // [{"index": i, "embedding": [vector]}], as llama-server's /embedding answers
         json out = json::array();
-        for (std::size_t i = 0; i < vectors->size(); ++i)
-            out.push_back({{"index", i}, {"embedding", json::array({std::move((*vectors)[i])})}});
+        for (std::size_t i = 0; i < e.vectors.size(); ++i)
+            out.push_back({{"index", i}, {"embedding", json::array({std::move(e.vectors[i])})}});
         res.set_content(dump(out), "application/json");
         return;
     }
     json out = {{"object", "list"},
-                {"data", embeddings_json(std::move(*vectors), format)},
+                {"data", embeddings_json(std::move(e.vectors), e.base64)},
                 {"model", m.lease.id()},
-                {"usage", {{"prompt_tokens", prompt_tokens}, {"total_tokens", prompt_tokens}}}};
+                {"usage", {{"prompt_tokens", e.prompt_tokens}, {"total_tokens", e.prompt_tokens}}}};
     res.set_content(dump(out), "application/json");
 }
 

@@ -40,6 +40,11 @@ nlohmann::json HttpError::anthropic_body() const {
     return {{"type", "error"}, {"error", {{"type", t}, {"message", message}}}};
 }
 
+nlohmann::json HttpError::ollama_body() const {
+    if (param.empty() || message.find(param) != std::string::npos) return {{"error", message}};
+    return {{"error", param + ": " + message}};
+}
+
 HttpError invalid(std::string param, std::string message, std::string code) {
     return {400, "invalid_request_error", std::move(code), std::move(param), std::move(message)};
 }

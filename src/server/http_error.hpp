@@ -18,6 +18,7 @@ struct HttpError {
 
     nlohmann::json body() const;            // OpenAI's shape (llama-server's too)
     nlohmann::json anthropic_body() const;  // Anthropic's: {"type": "error", "error": {...}}
+    nlohmann::json ollama_body() const;     // Ollama's: {"error": "message"}, the field named
 };
 
 // Model output can hold partial UTF-8 (a log-prob's token piece): replaced, never thrown on.

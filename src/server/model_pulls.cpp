@@ -103,7 +103,7 @@ void ModelPulls::run(HubRef ref) {
             last_sent = now;
         }
         json file = {{"done", p.downloaded}, {"total", p.total}};
-        broadcast({name, "download_progress", {{"progress", {{p.file, std::move(file)}}}}});
+        broadcast({name, "download_progress", {{"progress", {{p.file, std::move(file)}}}}, {}});
     };
     hub.cancelled = [this] {
         std::lock_guard lock(mutex_);
@@ -125,9 +125,9 @@ void ModelPulls::run(HubRef ref) {
         std::erase(pulling_, name);
     }
     if (added)
-        broadcast({name, "download_finished", nullptr});
+        broadcast({name, "download_finished", nullptr, {}});
     else
-        broadcast({name, "download_failed", {{"error", added.error().describe()}}});
+        broadcast({name, "download_failed", {{"error", added.error().describe()}}, added.error()});
 }
 
 }  // namespace llamapp::detail

@@ -9,6 +9,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -22,7 +23,8 @@ namespace llamapp::detail {
 struct PullEvent {
     std::string model;
     std::string event;
-    nlohmann::json data;  // null: none
+    nlohmann::json data;         // null: none
+    std::optional<Error> error;  // download_failed: why
     nlohmann::json to_json() const;
 };
 

@@ -44,31 +44,31 @@ void ServerState::stream_reply(const httplib::Request& req, httplib::Response& r
     s->path = req.path;
     s->id = id;
     res.set_header("Cache-Control", "no-cache");
-    res.set_chunked_content_provider(
-        "text/event-stream", [s](std::size_t, httplib::DataSink& sink) {
-            EngineEvent event;
-            RequestHandle& streaming = s->handles[s->current];
-            if (!s->watch.next(streaming, event, [&] { return !sink.is_writable(); })) {
-                if (++s->current == s->handles.size() || s->failed) sink.done();
-                return true;
-            }
-            std::string out;
-            if (event.prompt_progress()) {
-                out = s->format->prompt_progress(*event.progress);
-            } else if (!event.final()) {
-                out = s->format->piece(event.piece, event.progress);
-            } else {
-                s->fields = log_fields(*event.completion);
-                s->failed = event.completion->generation.error.has_value();
-                out = s->format->last(*event.completion);
-            }
-            if (!out.empty() && !sink.write(out.data(), out.size())) {
-                for (RequestHandle& h : s->handles) h.cancel();  // the client went away
-                return false;
-            }
-            s->bytes += out.size();
+    const char* content_type = s->format->content_type();
+    res.set_chunked_content_provider(content_type, [s](std::size_t, httplib::DataSink& sink) {
+        EngineEvent event;
+        RequestHandle& streaming = s->handles[s->current];
+        if (!s->watch.next(streaming, event, [&] { return !sink.is_writable(); })) {
+            if (++s->current == s->handles.size() || s->failed) sink.done();
             return true;
-        });
+        }
+        std::string out;
+        if (event.prompt_progress()) {
+            out = s->format->prompt_progress(*event.progress);
+        } else if (!event.final()) {
+            out = s->format->piece(event.piece, event.progress);
+        } else {
+            s->fields = log_fields(*event.completion);
+            s->failed = event.completion->generation.error.has_value();
+            out = s->format->last(*event.completion);
+        }
+        if (!out.empty() && !sink.write(out.data(), out.size())) {
+            for (RequestHandle& h : s->handles) h.cancel();  // the client went away
+            return false;
+        }
+        s->bytes += out.size();
+        return true;
+    });
 }
 
 Completion ServerState::await_whole(const httplib::Request& req, RequestHandle& handle) {

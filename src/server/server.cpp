@@ -36,9 +36,11 @@ std::vector<std::string> listen_addresses(const std::string& host) {
     return out;
 }
 
+// Liveness probes: the health routes, and Ollama's root and version, which its clients ask
+// before anything else.
 bool public_route(const std::string& path) {
     return path == "/health" || path == "/v1/health" || path == "/health/live" ||
-           path == "/health/ready";
+           path == "/health/ready" || path == "/" || path == "/api/version";
 }
 
 }  // namespace
@@ -157,13 +159,24 @@ bool anthropic_route(const std::string& path) {
     return path == "/v1/messages" || path.starts_with("/v1/messages/");
 }
 
+bool ollama_route(const std::string& path) {
+    return path == "/" || path.starts_with("/api/");
+}
+
 void ServerState::send_error(const httplib::Request& req, httplib::Response& res,
                              const HttpError& error) const {
     res.status = error.status;
     if (error.status == 429) res.set_header("Retry-After", "1");
     if (error.status == 503) res.set_header("Retry-After", "5");
-    res.set_content(dump(anthropic_route(req.path) ? error.anthropic_body() : error.body()),
-                    "application/json");
+    nlohmann::json body;
+    if (anthropic_route(req.path)) {
+        body = error.anthropic_body();
+    } else if (ollama_route(req.path)) {
+        body = error.ollama_body();
+    } else {
+        body = error.body();
+    }
+    res.set_content(dump(body), "application/json");
 }
 
 bool ServerState::authorized(const httplib::Request& req) const {
@@ -206,7 +219,7 @@ httplib::Server::HandlerResponse ServerState::pre_route(const httplib::Request& 
         res.set_header("Access-Control-Allow-Origin", origin);
         res.set_header("Vary", "Origin");
         res.set_header("Access-Control-Allow-Headers", "Authorization, Content-Type");
-        res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+        res.set_header("Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS");
         if (req.method == "OPTIONS") {
             res.status = 204;
             return httplib::Server::HandlerResponse::Handled;
@@ -386,6 +399,7 @@ void ServerState::register_routes() {
     register_responses_routes();
     register_cache_routes();
     register_model_routes();
+    register_ollama_routes();
     if (!options.health_route.empty())
         get(options.health_route, [this](Req, Res res) { health(res); });
     register_predict_route();  // last: it dispatches to the routes above

@@ -37,6 +37,7 @@ inline std::string sse_data(const nlohmann::json& data) {
 class StreamFormat {
   public:
     virtual ~StreamFormat() = default;
+    virtual const char* content_type() const { return "text/event-stream"; }
     // A piece of the reply; `so_far` is set when the request asked for progress.
     virtual std::string piece(const StreamPiece& piece, const std::optional<Progress>& so_far) = 0;
     // Progress while the prompt is computed (EngineRequest::report_progress).
@@ -46,6 +47,13 @@ class StreamFormat {
 };
 
 struct ServerState;
+
+// Vectors of a request's inputs (dimensions applied), for the embedding routes' shapes.
+struct ComputedEmbeddings {
+    std::vector<std::vector<float>> vectors;
+    int prompt_tokens = 0;
+    bool base64 = false;  // encoding_format: base64
+};
 
 // Keeps the in-flight count for drain(); a streamed response holds it until its last event.
 class InFlight {
@@ -161,6 +169,10 @@ struct ServerState {
     // Waits for a whole reply (a departed client cancels it) and leaves its log fields; an
     // error that ended the generation is thrown.
     static Completion await_whole(const httplib::Request& req, RequestHandle& handle);
+    // The body's input, encoding_format, dimensions and embd_normalize; `truncate`: an input over
+    // the limit is cut, not refused.
+    ComputedEmbeddings compute_embeddings(const nlohmann::json& body, const ServedModel& m,
+                                          bool truncate) const;
     // /v1/embeddings (and /embeddings); `native`: llama-server's /embedding shape.
     void embeddings(const httplib::Request& req, httplib::Response& res, bool native);
     // /rerank and its aliases: documents scored against a query by a reranker (rerank.cpp).
@@ -172,7 +184,23 @@ struct ServerState {
     // its requests may ask for. Throws HttpException: 404 model_not_found, 503 for a model that
     // failed or does not fit, 429 when too many wait for its load, 400 when it cannot `need`.
     enum class Need { generate, embed, rerank, tokens };
-    ServedModel serve(const nlohmann::json& body, Need need) const;
+    // `keep_alive` replaces the model's idle time from now on (Ollama's per-request keep_alive).
+    ServedModel serve(const nlohmann::json& body, Need need,
+                      std::optional<std::chrono::milliseconds> keep_alive = std::nullopt) const;
+    // Ollama's API (ollama_routes.cpp, ollama_models.cpp).
+    void register_ollama_routes();
+    // The body with "model" (or "name") resolved to the manager's name; "name" keeps the name
+    // the client gave.
+    nlohmann::json ollama_body(const httplib::Request& req) const;
+    // /api/chat, or /api/generate when not `chat`.
+    void ollama_generate(const httplib::Request& req, httplib::Response& res, bool chat);
+    void ollama_embed(const httplib::Request& req, httplib::Response& res, bool older);
+    void ollama_tags(httplib::Response& res) const;
+    void ollama_ps(httplib::Response& res) const;
+    void ollama_show(const httplib::Request& req, httplib::Response& res) const;
+    void ollama_pull(const httplib::Request& req, httplib::Response& res);
+    void ollama_delete(const httplib::Request& req, httplib::Response& res);
+    void ollama_copy(const httplib::Request& req, httplib::Response& res);
     bool authorized(const httplib::Request& req) const;
     // One structured line per request. A generation adds its fields (finish, tokens, timings)
     // through `fields`; a streamed reply, whose body goes out after httplib's logger has run,
@@ -190,6 +218,10 @@ inline InFlight::~InFlight() {
 
 HttpError draining_error();
 bool anthropic_route(const std::string& path);
+bool ollama_route(const std::string& path);  // errors as {"error": message}
+
+// Now in RFC 3339 with nanoseconds, UTC, as Ollama's created_at.
+std::string rfc3339_now();
 
 // The model's chat template; a model without one is a 400 naming messages.
 const ChatTemplate& chat_template_of(const ModelLease& lease);

@@ -307,6 +307,9 @@ TEST(ModelManager, AnIdleModelIsUnloadedAfterItsKeepAliveAndARequestCanSetIt) {
     EXPECT_EQ(listed->keep_alive, 1h);
     ASSERT_TRUE(listed->expires_at);
     EXPECT_GT(*listed->expires_at, std::chrono::system_clock::now() + 59min);
+    // A use that does not say keeps the model's own idle time again, as Ollama's requests do.
+    { ASSERT_TRUE(m->acquire("stories")); }
+    EXPECT_NE(m->find("stories")->keep_alive, 1h);
 }
 
 // Reads (health checks, /props) take leases only of a ready model and never restart its

@@ -6,10 +6,17 @@ const bin = process.env.LLAMAPP_BIN;
 const modelPath = process.env.LLAMAPP_MODEL;
 if (!bin || !modelPath) throw new Error("LLAMAPP_BIN and LLAMAPP_MODEL must be set");
 
-export function startServer(args) {
+// `env` is added to this process's environment; a variable given as undefined is removed.
+export function startServer(args, env = {}) {
+  const childEnv = { ...process.env };
+  for (const [name, value] of Object.entries(env)) {
+    if (value === undefined) delete childEnv[name];
+    else childEnv[name] = value;
+  }
   return new Promise((resolve, reject) => {
     const child = spawn(bin, ["serve", "--port", "0", "-m", modelPath, ...args], {
       stdio: ["ignore", "ignore", "pipe"],
+      env: childEnv,
     });
     let log = "";
     const timer = setTimeout(() => reject(new Error("the server did not start:\n" + log)), 60000);
