@@ -107,6 +107,13 @@ def main():
                     help='JSON object merged into every request body, e.g. \'{"reasoning_format": "none"}\'')
     args = ap.parse_args()
 
+    ollama_model = None
+    if args.route == "ollama":  # Ollama requires a name: the first model the server lists
+        conn = http.client.HTTPConnection(args.host, args.port, timeout=60)
+        conn.request("GET", "/api/tags")
+        ollama_model = json.loads(conn.getresponse().read())["models"][0]["name"]
+        conn.close()
+
     ttfts, totals, errors = [], [], []
     lock = threading.Lock()
 
@@ -119,7 +126,7 @@ def main():
             if args.route in ("chat", "messages", "ollama"):
                 body["messages"] = [{"role": "user", "content": body.pop("prompt")}]
             if args.route == "ollama":  # Ollama's names; it has no ignore_eos
-                body = {"messages": body["messages"], "stream": True,
+                body = {"model": ollama_model, "messages": body["messages"], "stream": True,
                         "options": {"num_predict": body["max_tokens"],
                                     "temperature": body["temperature"]}}
             if args.route == "responses":

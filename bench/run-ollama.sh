@@ -36,19 +36,26 @@ done
 python3 - "$port" <<'PY'
 import http.client, json, sys
 port = int(sys.argv[1])
+conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+conn.request("GET", "/api/tags")
+model = json.loads(conn.getresponse().read())["models"][0]["name"]
 messages = [{"role": "system", "content": "You are a storyteller."}]
-print("| turn | prompt_eval_count | prompt_eval_duration ms | eval_count | total ms |")
-print("|---:|---:|---:|---:|---:|")
+def post(path, body):
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
+    conn.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
+    return json.loads(conn.getresponse().read())
+print("| turn | prompt tokens | prompt_eval_count | prompt_eval_duration ms | eval_count | total ms |")
+print("|---:|---:|---:|---:|---:|---:|")
 for turn, text in enumerate(["Tell me a story about a river.", "What happened next?",
                              "And then?", "How did it end?"], 1):
     messages.append({"role": "user", "content": text})
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
-    conn.request("POST", "/api/chat", json.dumps({"messages": messages, "stream": False,
-                 "options": {"num_predict": 48, "temperature": 0}}),
-                 {"Content-Type": "application/json"})
-    r = json.loads(conn.getresponse().read())
+    # The whole prompt, for comparison: llama-server's /apply-template and /tokenize.
+    text = post("/apply-template", {"messages": messages})["prompt"]
+    whole = len(post("/tokenize", {"content": text})["tokens"])
+    r = post("/api/chat", {"model": model, "messages": messages, "stream": False,
+                           "options": {"num_predict": 48, "temperature": 0}})
     messages.append(r["message"])
-    print(f"| {turn} | {r['prompt_eval_count']} | {r['prompt_eval_duration'] / 1e6:.1f} | "
+    print(f"| {turn} | {whole} | {r['prompt_eval_count']} | {r['prompt_eval_duration'] / 1e6:.1f} | "
           f"{r['eval_count']} | {r['total_duration'] / 1e6:.1f} |")
 PY
 server_stop

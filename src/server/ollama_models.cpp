@@ -118,7 +118,8 @@ json metadata_value(const GgufEntry& e) {
 }
 
 // What the model can do, as Ollama names it; tools and thinking are read from the template's
-// text (a template that mentions tools renders them), insert from fill-in-the-middle tokens.
+// text (a template that mentions tools renders them), insert from fill-in-the-middle tokens
+// (a model not loaded: from the GGUF's FIM token keys, which not every GGUF has).
 json show_capabilities(const ModelListing& m, const std::string& tmpl, bool fim) {
     json out = json::array();
     if (m.capabilities.generate) out.push_back("completion");
@@ -212,6 +213,14 @@ void ServerState::ollama_show(const httplib::Request& req, httplib::Response& re
             if (e.key == "tokenizer.ggml.fim_pre_token_id") fim = true;
         }
         info["general.parameter_count"] = m->n_params;
+    }
+    // A loaded model knows better: the template it renders (an override included) and the
+    // fill-in-the-middle tokens llama.cpp found in its vocabulary.
+    if (auto lease = models.acquire_if_ready(m->id)) {
+        if (const ChatTemplate* t = lease->chat_template()) tmpl = t->source();
+        const SpecialTokens& special = lease->model().info().special;
+        fim = special.fim_prefix != no_token && special.fim_suffix != no_token &&
+              special.fim_middle != no_token;
     }
     json out = {
         {"modelfile", fmt::format("# llamapp serves this model from\nFROM {}\n", m->path.string())},

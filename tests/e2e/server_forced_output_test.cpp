@@ -1,7 +1,7 @@
 // Forced output always arrives: a required tool call or a JSON reply, on a model that never ends
 // its thinking on its own (the random-weight qwen3-tiny with QwQ's template, whose reply opens
-// the thinking block), in every protocol, whole and streamed. No request sets a budget: the
-// default one for forced replies closes the thinking.
+// the thinking block), in every protocol (Ollama's too), whole and streamed. No request sets a
+// budget: the default one for forced replies closes the thinking.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -153,6 +153,32 @@ Outcome responses_outcome(const std::string& body, bool stream) {
     return o;
 }
 
+// Ollama's message, whole or as NDJSON lines: thinking, content and tool calls (arguments as an
+// object, whole in one line).
+Outcome ollama_outcome(const std::string& body, bool stream) {
+    std::vector<json> lines;
+    if (!stream) {
+        lines.push_back(json::parse(body));
+    } else {
+        std::size_t at = 0;
+        for (auto end = body.find('\n'); end != std::string::npos; end = body.find('\n', at)) {
+            lines.push_back(json::parse(body.substr(at, end - at)));
+            at = end + 1;
+        }
+    }
+    Outcome o;
+    for (const json& line : lines) {
+        const json& m = line["message"];
+        o.reasoning += m.value("thinking", "");
+        o.text += m.value("content", "");
+        if (m.contains("tool_calls") && o.call.empty()) {
+            o.call = m["tool_calls"][0]["function"]["name"];
+            o.arguments = m["tool_calls"][0]["function"]["arguments"].dump();
+        }
+    }
+    return o;
+}
+
 void expect_call(const Outcome& o, const std::string& what) {
     EXPECT_FALSE(o.reasoning.empty()) << what << ": the thinking is what the budget closes";
     EXPECT_EQ(o.call, "get_weather") << what << ": " << o.reasoning.size() << " chars of thinking";
@@ -210,6 +236,28 @@ TEST_F(ForcedOutput, OpenAiResponses) {
              {{"format", {{"type", "json_schema"}, {"name", "ok"}, {"schema", ok_schema}}}}}};
         expect_object(responses_outcome(post("/v1/responses", object, stream), stream),
                       "object " + mode);
+    }
+}
+
+// think is left to the template (which opens the thinking), as Ollama leaves it when unset.
+TEST_F(ForcedOutput, OllamaChat) {
+    const json tool = {
+        {"type", "function"},
+        {"function", {{"name", "get_weather"}, {"parameters", weather_tool_schema}}}};
+    for (const bool stream : {false, true}) {
+        const std::string mode = stream ? "streamed" : "whole";
+        const json options = {{"num_predict", 96}};
+        json call = {{"model", "qwen3-tiny"},
+                     {"messages", user("Weather in Rome?")},
+                     {"tools", {tool}},
+                     {"tool_choice", "required"},
+                     {"options", options}};
+        expect_call(ollama_outcome(post("/api/chat", call, stream), stream), "call " + mode);
+        json object = {{"model", "qwen3-tiny"},
+                       {"messages", user("Is it sunny?")},
+                       {"format", ok_schema},
+                       {"options", options}};
+        expect_object(ollama_outcome(post("/api/chat", object, stream), stream), "object " + mode);
     }
 }
 

@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <csignal>
 #include <string>
 #include <vector>
@@ -24,8 +25,11 @@ const std::string qwen = generated_model("qwen3-tiny.gguf").string();
 class OllamaApi : public ::testing::Test {
   protected:
     static void SetUpTestSuite() {
+        // A second model with fill-in-the-middle tokens, for suffix and capabilities.
         server_ = start_suite_server(
-            {"-m", qwen, "-c", "1024", "-np", "2", "-t", "2", "--embeddings"}, start_error_);
+            {"-m", qwen, "-m", "coder=" + generated_model("coder-tiny.gguf").string(), "-c", "1024",
+             "-np", "2", "-t", "2", "--embeddings"},
+            start_error_);
     }
     void SetUp() override { ASSERT_NE(server_, nullptr) << start_error_; }
     static void TearDownTestSuite() {
@@ -241,6 +245,23 @@ TEST_F(OllamaApi, EmbedTruncatesUnlessToldNotTo) {
     const json cut = post("/api/embed", {{"model", "qwen3-tiny"}, {"input", long_text}});
     ASSERT_EQ(cut["embeddings"].size(), 1u) << cut;
     post("/api/embed", {{"model", "qwen3-tiny"}, {"input", long_text}, {"truncate", false}}, 400);
+}
+
+TEST_F(OllamaApi, SuffixIsFillInTheMiddleWhereTheModelHasItsTokens) {
+    const json r = post("/api/generate", {{"model", "coder:latest"},
+                                          {"prompt", "def add(a, b):\n    return "},
+                                          {"suffix", "\n\nprint(add(1, 2))\n"},
+                                          {"stream", false},
+                                          {"options", greedy(4)}});
+    EXPECT_EQ(r["done"], true) << r;
+    EXPECT_EQ(r["eval_count"], 4) << r;
+    const json coder = post("/api/show", {{"model", "coder"}});
+    const json caps = coder["capabilities"];
+    EXPECT_NE(std::find(caps.begin(), caps.end(), "insert"), caps.end()) << coder;
+    const json qwen_caps = post("/api/show", {{"model", "qwen3-tiny"}})["capabilities"];
+    EXPECT_EQ(std::find(qwen_caps.begin(), qwen_caps.end(), "insert"), qwen_caps.end());
+    EXPECT_NE(std::find(qwen_caps.begin(), qwen_caps.end(), "tools"), qwen_caps.end());
+    EXPECT_EQ(coder["model_info"]["general.architecture"], coder["details"]["family"]);
 }
 
 // Ollama's streams are lines of JSON; one cut short by a drain ends with an {"error"} line.
