@@ -1,6 +1,7 @@
 // Ollama's /api/chat and /api/generate bodies, read as the OpenAI bodies of the same meaning.
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <mutex>
 #include <set>
 #include <string_view>
@@ -34,35 +35,38 @@ constexpr std::pair<std::string_view, std::string_view> sampling_options[] = {
     {"mirostat_tau", "mirostat_tau"},
     {"mirostat_eta", "mirostat_eta"}};
 
-// Each option this server does not apply is logged once per process, not once per request.
+// Each option this server does not apply is logged once per process, not once per request; a
+// client inventing names cannot grow the set (or the log) past a bound.
 void note_unapplied(const std::string& name, const char* why) {
     static std::mutex mutex;
     static std::set<std::string> noted;
     std::lock_guard lock(mutex);
-    if (noted.insert(name).second)
-        log(LogLevel::warning, "ollama option '{}' ignored: {}", name, why);
+    if (noted.size() < 256 && noted.insert(name).second)
+        log(LogLevel::warning, "ollama option {} ignored: {}", dump(json(name.substr(0, 64))),
+            why);  // quoted and escaped: the name is the client's
 }
 
 // Settings of a model's load (threads, offload, batch, mmap), which the operator sets for every
-// request alike; num_keep has nothing to keep, since llamapp never shifts a context.
+// request alike.
+constexpr std::string_view load_time_options[] = {"num_batch",
+                                                  "num_gpu",
+                                                  "main_gpu",
+                                                  "use_mmap",
+                                                  "use_mlock",
+                                                  "num_thread",
+                                                  "numa",
+                                                  "low_vram",
+                                                  "f16_kv",
+                                                  "vocab_only",
+                                                  "logits_all",
+                                                  "num_gqa",
+                                                  "rope_frequency_base",
+                                                  "rope_frequency_scale"};
+
 void note_option(const std::string& name) {
-    static const std::set<std::string, std::less<>> load_time = {"num_batch",
-                                                                 "num_gpu",
-                                                                 "main_gpu",
-                                                                 "use_mmap",
-                                                                 "use_mlock",
-                                                                 "num_thread",
-                                                                 "numa",
-                                                                 "low_vram",
-                                                                 "f16_kv",
-                                                                 "vocab_only",
-                                                                 "logits_all",
-                                                                 "num_gqa",
-                                                                 "rope_frequency_base",
-                                                                 "rope_frequency_scale"};
     if (name == "num_keep")
         note_unapplied(name, "llamapp never shifts the context, so no tokens need keeping");
-    else if (load_time.contains(name))
+    else if (std::ranges::find(load_time_options, name) != std::end(load_time_options))
         note_unapplied(name, "a load-time setting, which the server's command line sets");
     else
         note_unapplied(name, "not an option llamapp knows");

@@ -235,8 +235,8 @@ TEST_F(OllamaApi, OptionsTheServerDoesNotApplyAreLoggedOnce) {
             ++n;
         return n;
     };
-    EXPECT_EQ(count("ollama option 'num_thread' ignored"), 1u) << log;
-    EXPECT_EQ(count("ollama option 'not_an_option' ignored"), 1u) << log;
+    EXPECT_EQ(count("ollama option \"num_thread\" ignored"), 1u) << log;
+    EXPECT_EQ(count("ollama option \"not_an_option\" ignored"), 1u) << log;
 }
 
 TEST_F(OllamaApi, EmbedTruncatesUnlessToldNotTo) {
