@@ -186,7 +186,17 @@ std::string resolve_ollama_name(const ModelManager& models, const std::string& n
 
 void ServerState::ollama_tags(httplib::Response& res) const {
     json list = json::array();
-    for (const ModelListing& m : models.list()) list.push_back(tag_json(m));
+    for (const ModelListing& m : models.list()) {
+        list.push_back(tag_json(m));
+        // Each other name (a copy, an --alias) is listed as Ollama lists a copy: a model of its
+        // own name with the same file.
+        for (const std::string& alias : m.aliases) {
+            ModelListing named = m;
+            named.id = alias;
+            named.hub.reset();
+            list.push_back(tag_json(named));
+        }
+    }
     res.set_content(dump(json{{"models", std::move(list)}}), "application/json");
 }
 

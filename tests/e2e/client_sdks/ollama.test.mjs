@@ -432,8 +432,11 @@ test("copy makes an alias usable in chat; delete removes the alias only", async 
   assert.equal(r.model, "my-alias:latest");
   assert.equal(r.eval_count, 8);
   assert.equal((await client.show({ model: "my-alias" })).details.format, "gguf");
+  // Listed as a model of its own, as Ollama lists a copy.
+  assert.ok((await client.list()).models.some((m) => m.name === "my-alias:latest"));
 
   await client.delete({ model: "my-alias" });
+  assert.ok(!(await client.list()).models.some((m) => m.name === "my-alias:latest"));
   await assert.rejects(client.chat({ ...helloChat(), model: "my-alias:latest" }), isResponseError(404));
   assert.equal((await client.chat(helloChat())).eval_count, 8);
   await assert.rejects(client.copy({ source: "no-such-model", destination: "other" }), isResponseError(404));
