@@ -108,19 +108,19 @@ GgufEntry entry_of(const gguf_context* ctx, std::int64_t id) {
             break;
         case GGUF_TYPE_BOOL:
             e.kind = GgufEntry::Kind::boolean;
-            e.number = gguf_get_val_bool(ctx, id) ? 1 : 0;
+            e.integer = gguf_get_val_bool(ctx, id) ? 1 : 0;
             break;
         case GGUF_TYPE_FLOAT32:
             e.kind = GgufEntry::Kind::real;
-            e.number = gguf_get_val_f32(ctx, id);
+            e.real = gguf_get_val_f32(ctx, id);
             break;
         case GGUF_TYPE_FLOAT64:
             e.kind = GgufEntry::Kind::real;
-            e.number = gguf_get_val_f64(ctx, id);
+            e.real = gguf_get_val_f64(ctx, id);
             break;
         default:
             e.kind = GgufEntry::Kind::integer;
-            e.number = static_cast<double>(int_value(ctx, e.key).value_or(0));
+            e.integer = int_value(ctx, e.key).value_or(0);
     }
     return e;
 }
@@ -134,7 +134,7 @@ void read_keys(const gguf_context* ctx, GgufSummary& summary) {
         if (e.key == "general.name" && e.kind == GgufEntry::Kind::string) summary.name = e.text;
         if (e.key == "tokenizer.chat_template") summary.has_chat_template = true;
         if (e.key == "general.file_type" && e.kind == GgufEntry::Kind::integer)
-            summary.file_type = static_cast<int>(e.number);
+            summary.file_type = static_cast<int>(e.integer);
         summary.metadata.push_back(std::move(e));
     }
 }

@@ -16,8 +16,9 @@ struct GgufEntry {
     enum class Kind { string, integer, real, boolean, array };
     std::string key;
     Kind kind = Kind::string;
-    std::string text;        // string
-    double number = 0;       // integer, real and boolean (0 or 1)
+    std::string text;          // string
+    std::int64_t integer = 0;  // integer and boolean (0 or 1)
+    double real = 0;
     std::size_t length = 0;  // array
 };
 

@@ -1,5 +1,6 @@
 // A models directory: one model per GGUF file, and one per subdirectory holding a model.
 #include <algorithm>
+#include <charconv>
 #include <regex>
 
 #include "llamapp/model_manager.hpp"
@@ -60,20 +61,48 @@ std::vector<std::pair<std::string, fs::path>> models_in(const fs::path& dir) {
 
 }  // namespace
 
+// Go's duration syntax, as Ollama reads it: a sign, then numbers each with a unit ("1h30m",
+// "0.5s", "250ms"); a bare number is seconds. Read by hand, without a regex: text comes from
+// clients, and a regex over a long digit run recurses once per digit.
 Result<std::chrono::milliseconds> parse_keep_alive(std::string_view text) {
-    const std::string s(text);
-    static const std::regex re(R"((-?\d+(?:\.\d+)?)(ms|s|m|h)?)");
-    std::smatch m;
-    if (!std::regex_match(s, m, re))
+    const std::string s(text.substr(0, 64));
+    auto bad = [&] {
         return fail(ErrorCode::invalid_argument,
-                    "a keep-alive is seconds or a number with ms, s, m or h (negative: forever)",
+                    "a keep-alive is seconds, or numbers with units ns, us, ms, s, m or h "
+                    "(\"5m\", \"1h30m\"); negative: forever",
                     s);
-    const double value = std::stod(m[1].str());
-    if (value < 0) return std::chrono::milliseconds{-1};
-    const std::string unit = m[2].str();
-    const double ms = unit == "ms" ? 1 : unit == "m" ? 60e3 : unit == "h" ? 3600e3 : 1e3;
-    if (value * ms > 1e13) return fail(ErrorCode::invalid_argument, "too long a keep-alive", s);
-    return std::chrono::milliseconds(static_cast<long long>(value * ms));
+    };
+    if (text.empty() || text.size() > 32) return bad();
+    static constexpr std::pair<std::string_view, double> units[] = {
+        {"ns", 1e-6}, {"us", 1e-3}, {"\u00b5s", 1e-3}, {"ms", 1},
+        {"s", 1e3},   {"m", 60e3},  {"h", 3600e3}};
+    std::string_view rest = text;
+    const bool negative = rest.front() == '-';
+    if (negative || rest.front() == '+') rest.remove_prefix(1);
+    double total_ms = 0;
+    bool bare = false;  // a number without a unit: seconds, and nothing may follow
+    while (!rest.empty() && !bare) {
+        double value = 0;
+        const auto [end, ec] = std::from_chars(rest.data(), rest.data() + rest.size(), value,
+                                               std::chars_format::fixed);
+        if (ec != std::errc{} || !(value >= 0)) return bad();
+        rest.remove_prefix(static_cast<std::size_t>(end - rest.data()));
+        double unit_ms = 1e3;
+        bare = true;
+        for (const auto& [name, ms] : units)
+            if (rest.starts_with(name) && !(name == "m" && rest.starts_with("ms"))) {
+                unit_ms = ms;
+                rest.remove_prefix(name.size());
+                bare = false;
+                break;
+            }
+        if (bare && total_ms > 0) return bad();  // "1h30" is not a duration
+        total_ms += value * unit_ms;
+    }
+    if (!rest.empty()) return bad();
+    if (negative) return std::chrono::milliseconds{-1};
+    if (total_ms > 1e13) return fail(ErrorCode::invalid_argument, "too long a keep-alive", s);
+    return std::chrono::milliseconds(static_cast<long long>(total_ms));
 }
 
 Result<std::vector<ModelSpec>> scan_models_dir(const fs::path& dir, const ModelSpec& defaults) {

@@ -10,6 +10,6 @@ namespace llamapp::detail {
 // thinking.budget_tokens is the reasoning budget. max_tokens left out takes the server's
 // limit, as on the OpenAI routes.
 GenerationRequest parse_messages(const nlohmann::json& body, const RequestLimits& limits,
-                               const RequestDefaults& defaults);
+                                 const RequestDefaults& defaults);
 
 }  // namespace llamapp::detail

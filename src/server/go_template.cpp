@@ -37,17 +37,22 @@ std::string render_go_template(const std::string& tmpl, const std::string& syste
     std::size_t pos = 0;
     while (pos < tmpl.size()) {
         const std::size_t start = tmpl.find("{{", pos);
-        if (writing) out += tmpl.substr(pos, start == std::string::npos ? start : start - pos);
-        if (start == std::string::npos) break;
+        std::string text = tmpl.substr(pos, start == std::string::npos ? start : start - pos);
+        if (start == std::string::npos) {
+            if (writing) out += text;
+            break;
+        }
         const std::size_t end = tmpl.find("}}", start);
         if (end == std::string::npos) reject_field("template", "an action is not closed by }}");
         std::string action = tmpl.substr(start + 2, end - start - 2);
         pos = end + 2;
-        // {{- and -}} trim the white space beside the action, as Go's templates do.
+        // {{- and -}} trim the white space of the template text beside the action, as Go's
+        // templates do (never of a value filled in).
         if (action.starts_with("-")) {
             action.erase(0, 1);
-            if (writing) out.erase(out.find_last_not_of(" \t\r\n") + 1);
+            text.erase(text.find_last_not_of(" \t\r\n") + 1);
         }
+        if (writing) out += text;
         if (action.ends_with("-")) {
             action.pop_back();
             pos = std::min(tmpl.size(), tmpl.find_first_not_of(" \t\r\n", pos));
@@ -68,9 +73,9 @@ std::string render_go_template(const std::string& tmpl, const std::string& syste
             open.pop_back();
         } else {
             reject_field("template",
-                         fmt::format("'{{{{ {} }}}}' is not supported: a template override may use "
+                         fmt::format("'{{{{{}}}}}' is not supported: a template override may use "
                                      ".System, .Prompt, .Suffix, .Response and if/else/end",
-                                     action));
+                                     tmpl.substr(start + 2, end - start - 2)));
         }
     }
     if (!open.empty()) reject_field("template", "an {{ if }} has no {{ end }}");

@@ -24,7 +24,6 @@ std::string resolve_ollama_name(const ModelManager& models, const std::string& n
 struct OllamaRequest {
     GenerationRequest g;
     bool chat = true;  // false: a raw or fill-in-the-middle prompt, submitted as a completion
-    std::optional<std::chrono::milliseconds> keep_alive;
 };
 
 // keep_alive as Ollama spells it: seconds as a number, or a duration string ("5m", "-1").

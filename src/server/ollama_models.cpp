@@ -25,14 +25,6 @@ bool has_tag(const std::string& name) {
     return name.find(':', slash == std::string::npos ? 0 : slash) != std::string::npos;
 }
 
-std::string rfc3339(std::chrono::system_clock::time_point t) {
-    const std::time_t seconds = std::chrono::system_clock::to_time_t(t);
-    std::tm utc{};
-    gmtime_r(&seconds, &utc);
-    return fmt::format("{:04}-{:02}-{:02}T{:02}:{:02}:{:02}Z", utc.tm_year + 1900, utc.tm_mon + 1,
-                       utc.tm_mday, utc.tm_hour, utc.tm_min, utc.tm_sec);
-}
-
 std::chrono::system_clock::time_point modified(const ModelListing& m) {
     std::error_code ec;
     const auto t = std::filesystem::last_write_time(m.path, ec);
@@ -106,11 +98,11 @@ json metadata_value(const GgufEntry& e) {
         case GgufEntry::Kind::string:
             return e.text;
         case GgufEntry::Kind::integer:
-            return static_cast<long long>(e.number);
+            return e.integer;
         case GgufEntry::Kind::real:
-            return e.number;
+            return e.real;
         case GgufEntry::Kind::boolean:
-            return e.number != 0;
+            return e.integer != 0;
         case GgufEntry::Kind::array:
             break;
     }
@@ -147,18 +139,22 @@ json pull_status(const PullEvent& e) {
     return out;
 }
 
-HubRef pull_ref(const json& body) {
-    std::string name = body["name"].get<std::string>();
-    for (const char* prefix : {"hf.co/", "huggingface.co/"})
-        if (name.starts_with(prefix)) name.erase(0, std::string_view(prefix).size());
+// A name without what Ollama adds to ours: the hub's host and an implied ":latest".
+std::string without_ollama_parts(std::string name) {
+    for (const char* host : {"hf.co/", "huggingface.co/"})
+        if (name.starts_with(host)) name.erase(0, std::string_view(host).size());
     if (name.ends_with(":latest")) name.resize(name.size() - 7);
-    auto ref = parse_model_ref(name);
+    return name;
+}
+
+HubRef pull_ref(const json& body) {
+    auto ref = parse_model_ref(without_ollama_parts(body["name"].get<std::string>()));
     if (!ref) throw HttpException{http_error(ref.error(), "model")};
     if (ref->kind != ModelRefKind::hub)
         throw HttpException{
             invalid("model", fmt::format("'{}' is not a Hugging Face model: pull takes "
                                          "hf.co/owner/repo or hf.co/owner/repo:QUANT",
-                                         body["model"].get<std::string>()))};
+                                         body["name"].get<std::string>()))};
     return ref->hub;
 }
 
@@ -170,17 +166,8 @@ std::string ollama_name(const ModelListing& m) {
 }
 
 std::string resolve_ollama_name(const ModelManager& models, const std::string& name) {
-    std::string plain = name;
-    for (int attempt = 0; attempt < 3; ++attempt) {
-        if (models.find(plain)) return plain;
-        if (plain.ends_with(":latest")) {
-            plain.resize(plain.size() - 7);
-        } else if (plain.starts_with("hf.co/")) {
-            plain.erase(0, 6);
-        } else if (plain.starts_with("huggingface.co/")) {
-            plain.erase(0, 15);
-        }
-    }
+    if (models.find(name)) return name;
+    std::string plain = without_ollama_parts(name);
     return models.find(plain) ? plain : name;
 }
 
@@ -253,9 +240,16 @@ void ServerState::ollama_pull(const httplib::Request& req, httplib::Response& re
     const std::string name = ref.to_string();
     auto listener = pulls.listen();  // before the start: no event is missed
     if (auto started = pulls.start(ref); !started) {
-        auto known = models.find(name);
-        if (started.error().code != ErrorCode::already_exists || !known || known->path.empty())
+        if (started.error().code != ErrorCode::already_exists)
             throw HttpException{http_error(started.error(), "model")};
+        auto known = models.find(name);
+        // Configured but never pulled: its first load pulls it.
+        if (known && known->path.empty())
+            throw HttpException{invalid(
+                "model", fmt::format("'{}' is configured on this server and is pulled when it is "
+                                     "first loaded",
+                                     body["name"].get<std::string>()))};
+        if (!known) return follow_pull(req, res, listener, name, stream);  // a pull in flight
         // Pulled already: as Ollama answers a pull of a model it has.
         if (!stream) {
             res.set_content(dump(json{{"status", "success"}}), "application/json");
@@ -266,11 +260,19 @@ void ServerState::ollama_pull(const httplib::Request& req, httplib::Response& re
                         "application/x-ndjson");
         return;
     }
+    follow_pull(req, res, listener, name, stream);
+}
+
+// The events of the pull of `name`: streamed as Ollama's progress objects, or awaited.
+void ServerState::follow_pull(const httplib::Request& req, httplib::Response& res,
+                              std::shared_ptr<PullListener> listener, const std::string& name,
+                              bool stream) const {
     if (!stream) {
         PullEvent e;
         for (;;) {
             if (!listener->next(e, std::chrono::milliseconds(500))) {
                 if (listener->closed()) throw HttpException{draining_error()};
+                if (req.is_connection_closed()) return;  // the pull goes on without this client
                 continue;
             }
             if (e.model != name || e.event == "download_progress") continue;
@@ -338,7 +340,7 @@ void ServerState::ollama_copy(const httplib::Request& req, httplib::Response& re
     const json body = parse_body(req.body);
     const std::string source = required_string(body, "source", "source");
     std::string destination = required_string(body, "destination", "destination");
-    if (destination.ends_with(":latest")) destination.resize(destination.size() - 7);
+    destination = without_ollama_parts(destination);
     if (auto ok = models.add_alias(resolve_ollama_name(models, source), destination); !ok) {
         const char* param = ok.error().code == ErrorCode::not_found ? "source" : "destination";
         throw HttpException{http_error(ok.error(), param)};

@@ -41,8 +41,8 @@ void note_unapplied(const std::string& name, const char* why) {
     static std::mutex mutex;
     static std::set<std::string> noted;
     std::lock_guard lock(mutex);
-    if (noted.size() < 256 && noted.insert(name).second)
-        log(LogLevel::warning, "ollama option {} ignored: {}", dump(json(name.substr(0, 64))),
+    if (noted.size() < 256 && noted.insert(name.substr(0, 64)).second)
+        log(LogLevel::warning, "ollama option {} not applied: {}", dump(json(name.substr(0, 64))),
             why);  // quoted and escaped: the name is the client's
 }
 
@@ -82,15 +82,21 @@ void flatten_options(const json& body, json& flat, ServedModel& m, int n_ctx) {
     for (const auto& [name, value] : options->items()) {
         if (value.is_null()) continue;
         if (name == "num_ctx") {
-            const long long want = integer_field(value, "options.num_ctx", 1, 1 << 30);
+            // Clients such as Continue send the model's trained length on every request; the
+            // context is the operator's, so a larger one is served with the loaded context.
+            const long long want = integer_field(value, "options.num_ctx", 1, 1LL << 40);
             if (want > n_ctx)
-                reject_field("options.num_ctx",
-                             fmt::format("the model is loaded with a context of {} tokens per "
-                                         "request; a larger num_ctx ({}) needs the server started "
-                                         "with a larger --ctx-size",
-                                         n_ctx, want));
-            m.max_prompt_tokens = std::min(m.max_prompt_tokens, static_cast<int>(want));
-            m.limits.max_tokens = std::min(m.limits.max_tokens, static_cast<int>(want));
+                note_unapplied("num_ctx",
+                               "larger than the loaded context, which requests get instead "
+                               "(--ctx-size sets it)");
+            const int bound = static_cast<int>(std::min<long long>(want, n_ctx));
+            m.max_prompt_tokens = std::min(m.max_prompt_tokens, bound);
+            m.limits.max_tokens = std::min(m.limits.max_tokens, bound);
+            continue;
+        }
+        // Ollama's -1 (no limit) and -2 (fill the context) are both what -1 means here.
+        if (name == "num_predict" && value.is_number() && value.get<double>() < 0) {
+            flat["n_predict"] = -1;
             continue;
         }
         bool known = false;
@@ -186,7 +192,9 @@ class MessageTranslator {
         if (!out.contains("content") || out["content"].is_null()) out["content"] = "";
         if (const json* calls = optional_field(m, "tool_calls"))
             out["tool_calls"] = tool_calls(*calls, where + ".tool_calls");
-        if (out.value("role", "") == "tool") tool_result(m, out, where);
+        // parse_chat checks the role; a tool message needs its call's id first.
+        if (const json* role = optional_field(m, "role"); role && *role == "tool")
+            tool_result(m, out, where);
         return out;
     }
 
@@ -263,6 +271,7 @@ std::optional<std::chrono::milliseconds> ollama_keep_alive(const json& body) {
         return std::chrono::milliseconds(static_cast<long long>(seconds * 1000));
     }
     text = string_field(*v, "keep_alive");
+    if (text.size() > 32) reject_field("keep_alive", "'keep_alive' is too long");
     auto parsed = parse_keep_alive(text);
     if (!parsed) reject_field("keep_alive", parsed.error().message);
     return *parsed;
@@ -277,7 +286,6 @@ OllamaRequest parse_ollama_chat(const json& body, ServedModel& m, int n_ctx) {
     OllamaRequest r;
     r.g = parse_as_openai([&] { return parse_chat(flat, m.limits, m.lease.defaults()); });
     apply_think(body, r.g);
-    r.keep_alive = ollama_keep_alive(body);
     return r;
 }
 
@@ -297,7 +305,6 @@ OllamaRequest parse_ollama_generate(const json& body, ServedModel& m, int n_ctx)
     if (const json* v = optional_field(body, "raw")) raw = bool_field(*v, "raw");
     json flat = common_body(body, m, n_ctx);
     OllamaRequest r;
-    r.keep_alive = ollama_keep_alive(body);
     if (!suffix.empty() && tmpl.empty() && !raw) {
         // Fill-in-the-middle: the model's own markers around the prompt and the suffix.
         r.chat = false;
@@ -310,6 +317,7 @@ OllamaRequest parse_ollama_generate(const json& body, ServedModel& m, int n_ctx)
                                                .n_ctx = engine.n_ctx(),
                                                .n_predict = r.g.engine.options.max_tokens});
         } catch (const HttpException& e) {
+            if (e.error.status != 501) throw;  // 501: the model has no FIM tokens
             reject_field("suffix", "this model does not support insert (fill-in-the-middle): " +
                                        e.error.message);
         }

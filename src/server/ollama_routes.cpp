@@ -87,7 +87,7 @@ class OllamaReply : public StreamFormat {
   private:
     json line(const std::string& text, const std::string& thinking,
               const std::vector<ToolCall>& calls) const {
-        json out = {{"model", model_}, {"created_at", rfc3339_now()}};
+        json out = {{"model", model_}, {"created_at", rfc3339()}};
         if (chat_shape_) {
             json message = {{"role", "assistant"}, {"content", text}};
             if (!thinking.empty()) message["thinking"] = thinking;
@@ -128,7 +128,7 @@ class OllamaReply : public StreamFormat {
 
 // {"model", "created_at", "done": true, "done_reason"} for a request that only loads or unloads.
 json lifecycle_reply(const std::string& model, bool chat, const char* reason) {
-    json out = {{"model", model}, {"created_at", rfc3339_now()}};
+    json out = {{"model", model}, {"created_at", rfc3339()}};
     if (chat)
         out["message"] = {{"role", "assistant"}, {"content", ""}};
     else
@@ -147,13 +147,12 @@ bool empty_request(const json& body, bool chat) {
 
 }  // namespace
 
-std::string rfc3339_now() {
-    const auto now = std::chrono::system_clock::now();
-    const auto seconds = std::chrono::floor<std::chrono::seconds>(now);
-    const auto nanos = std::chrono::duration_cast<std::chrono::nanoseconds>(now - seconds).count();
-    const std::time_t t = std::chrono::system_clock::to_time_t(seconds);
+std::string rfc3339(std::chrono::system_clock::time_point t) {
+    const auto seconds = std::chrono::floor<std::chrono::seconds>(t);
+    const auto nanos = std::chrono::duration_cast<std::chrono::nanoseconds>(t - seconds).count();
+    const std::time_t whole = std::chrono::system_clock::to_time_t(seconds);
     std::tm utc{};
-    gmtime_r(&t, &utc);
+    gmtime_r(&whole, &utc);
     return fmt::format("{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:09}Z", utc.tm_year + 1900,
                        utc.tm_mon + 1, utc.tm_mday, utc.tm_hour, utc.tm_min, utc.tm_sec, nanos);
 }
@@ -166,6 +165,9 @@ json ServerState::ollama_body(const httplib::Request& req) const {
     if (!model)
         throw HttpException{invalid("model", "'model' is required", "missing_required_parameter")};
     const std::string asked = string_field(*model, "model");
+    // An empty name would mean the default model to the manager; Ollama requires a name.
+    if (asked.empty())
+        throw HttpException{invalid("model", "'model' must name a model", "invalid_value")};
     body["model"] = resolve_ollama_name(models, asked);
     body["name"] = asked;  // replies echo the name the client used
     return body;
@@ -178,19 +180,21 @@ void ServerState::ollama_generate(const httplib::Request& req, httplib::Response
     const json body = ollama_body(req);
     const auto keep_alive = ollama_keep_alive(body);
     const std::string name = body["model"].get<std::string>();
-    if (empty_request(body, chat) && keep_alive && keep_alive->count() == 0) {
-        // Ollama's way to unload: a request with nothing to generate and keep_alive 0.
+    const std::string model = body["name"].get<std::string>();
+    const bool empty = empty_request(body, chat);
+    if (empty && keep_alive && keep_alive->count() == 0) {
+        // Ollama's way to unload: nothing to generate and keep_alive 0. A loaded model gets an
+        // idle time of 0, so it goes once its running requests (other clients') are done.
         auto found = models.find(name);
         if (!found) throw HttpException{http_error(found.error(), "model", "model_not_found")};
-        (void)models.unload(name);  // not loaded is as good as unloaded
-        res.set_content(dump(lifecycle_reply(body["name"].get<std::string>(), chat, "unload")),
-                        "application/json");
+        if (found->status == ModelStatus::ready)
+            (void)models.acquire(name, Clock::now(), std::chrono::milliseconds(0));
+        res.set_content(dump(lifecycle_reply(model, chat, "unload")), "application/json");
         return;
     }
     ServedModel served = serve(body, Need::generate, keep_alive);
     const std::int64_t load_ns = nanoseconds_since(began);
-    const std::string model = body["name"].get<std::string>();
-    if (empty_request(body, chat)) {
+    if (empty) {
         res.set_content(dump(lifecycle_reply(model, chat, "load")), "application/json");
         return;
     }

@@ -214,7 +214,21 @@ std::string message_content(const json& content, const std::string& name,
 }  // namespace
 
 json parse_body(const std::string& body) {
-    json j = json::parse(body, nullptr, false);
+    // Copying, comparing and dumping a value recurse once per level: a body nested a million
+    // deep would overflow a connection thread's stack. No request needs more than a few levels
+    // (a tool's schema the most).
+    constexpr int max_depth = 128;
+    bool too_deep = false;
+    json j = json::parse(
+        body,
+        [&](int depth, json::parse_event_t, json&) {
+            too_deep = too_deep || depth > max_depth;
+            return !too_deep;
+        },
+        false);
+    if (too_deep)
+        reject_field("", fmt::format("the request body nests deeper than {} levels", max_depth),
+                     "invalid_json");
     if (j.is_discarded()) reject_field("", "the request body is not valid JSON", "invalid_json");
     if (!j.is_object()) reject_field("", "the request body must be a JSON object", "invalid_type");
     return j;

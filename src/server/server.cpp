@@ -275,7 +275,11 @@ void ServerState::configure(httplib::Server& listener) {
         [](socket_t sock) { httplib::set_socket_opt(sock, SOL_SOCKET, SO_REUSEADDR, 1); });
     listener.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
         std::string fields = std::exchange(pending_log_fields(), {});
-        if (res.get_header_value("Content-Type") == "text/event-stream") return;  // logs itself
+        // A streamed reply (SSE or NDJSON, with its request id) writes its own line at its end.
+        const std::string type = res.get_header_value("Content-Type");
+        if ((type == "text/event-stream" || type == "application/x-ndjson") &&
+            res.has_header("X-Request-Id"))
+            return;
         access_log(req.method, req.path, res.status, res.body.size(),
                    res.get_header_value("X-Request-Id"), fields);
     });

@@ -199,6 +199,9 @@ struct ServerState {
     void ollama_ps(httplib::Response& res) const;
     void ollama_show(const httplib::Request& req, httplib::Response& res) const;
     void ollama_pull(const httplib::Request& req, httplib::Response& res);
+    void follow_pull(const httplib::Request& req, httplib::Response& res,
+                     std::shared_ptr<PullListener> listener, const std::string& name,
+                     bool stream) const;
     void ollama_delete(const httplib::Request& req, httplib::Response& res);
     void ollama_copy(const httplib::Request& req, httplib::Response& res);
     bool authorized(const httplib::Request& req) const;
@@ -220,8 +223,8 @@ HttpError draining_error();
 bool anthropic_route(const std::string& path);
 bool ollama_route(const std::string& path);  // errors as {"error": message}
 
-// Now in RFC 3339 with nanoseconds, UTC, as Ollama's created_at.
-std::string rfc3339_now();
+// RFC 3339 with nanoseconds, UTC, as Ollama's created_at and modified_at.
+std::string rfc3339(std::chrono::system_clock::time_point t = std::chrono::system_clock::now());
 
 // The model's chat template; a model without one is a 400 naming messages.
 const ChatTemplate& chat_template_of(const ModelLease& lease);

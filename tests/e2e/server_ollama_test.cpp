@@ -99,6 +99,14 @@ TEST_F(OllamaApi, BadRequestsGetOllamasErrorShapeAndTheServerKeepsServing) {
         {ch, "", 400},
         {ch, R"({"messages": []})", 400},
         {ch, with(c0, {{"model", 5}}), 400},
+        {ch, with(c0, {{"model", ""}}), 400},  // not the default model: Ollama needs a name
+        // Nested past any request's need: refused before anything recurses over it.
+        {ch,
+         R"({"model": "qwen3-tiny", "messages": )" + std::string(200000, '[') +
+             std::string(200000, ']') + "}",
+         400},
+        {ch, with(c0, {{"keep_alive", std::string(100000, '1')}}), 400},
+        {ch, with(c0, {{"keep_alive", "1h30"}}), 400},
         {ch, with(c0, {{"model", "nope:7b"}}), 404},
         {ch, with(c0, {{"messages", "hi"}}), 400},
         {ch, with(c0, {{"messages", {{{"role", "wizard"}, {"content", "x"}}}}}), 400},
@@ -109,12 +117,13 @@ TEST_F(OllamaApi, BadRequestsGetOllamasErrorShapeAndTheServerKeepsServing) {
          with(c0, {{"messages",
                     {{{"role", "assistant"}, {"content", ""}, {"tool_calls", {{{"x", 1}}}}}}}}),
          400},
+        {ch, with(c0, {{"messages", {{{"role", 1e308}, {"content", "x"}, {"tool_name", "f"}}}}}),
+         400},
         {ch, with(c0, {{"options", 5}}), 400},
         {ch, with(c0, {{"options", {{"temperature", "hot"}}}}), 400},
         {ch, with(c0, {{"options", {{"top_p", 2}}}}), 400},
         {ch, with(c0, {{"options", {{"seed", "x"}}}}), 400},
         {ch, with(c0, {{"options", {{"stop", 5}}}}), 400},
-        {ch, with(c0, {{"options", {{"num_ctx", 1 << 20}}}}), 400},
         {ch, with(c0, {{"options", {{"num_ctx", 0}}}}), 400},
         {ch, with(c0, {{"format", "xml"}}), 400},
         {ch, with(c0, {{"format", 5}}), 400},
@@ -156,6 +165,9 @@ TEST_F(OllamaApi, BadRequestsGetOllamasErrorShapeAndTheServerKeepsServing) {
         ASSERT_TRUE(j.is_object() && j.contains("error")) << what << ": " << r->body;
         EXPECT_TRUE(j["error"].is_string() && !j["error"].get<std::string>().empty()) << what;
     }
+    auto unnamed = c.Delete("/api/delete", R"({"model": ""})", "application/json");
+    ASSERT_TRUE(unnamed);
+    EXPECT_EQ(unnamed->status, 400) << "an empty name is no model, not the default one";
     auto del = c.Delete("/api/delete", R"({"model": "qwen3-tiny"})", "application/json");
     ASSERT_TRUE(del);
     EXPECT_EQ(del->status, 400) << "the server's own model is not a client's to delete";
@@ -224,6 +236,7 @@ TEST_F(OllamaApi, OptionsTheServerDoesNotApplyAreLoggedOnce) {
     json body = chat(json::array({user("hi")}), 2);
     body["options"]["num_thread"] = 8;
     body["options"]["not_an_option"] = true;
+    body["options"]["num_ctx"] = 1 << 20;  // served with the loaded context, as Continue expects
     EXPECT_EQ(post("/api/chat", body)["done"], true);
     EXPECT_EQ(post("/api/chat", body)["done"], true);
     auto c = server_->client();
@@ -235,8 +248,23 @@ TEST_F(OllamaApi, OptionsTheServerDoesNotApplyAreLoggedOnce) {
             ++n;
         return n;
     };
-    EXPECT_EQ(count("ollama option \"num_thread\" ignored"), 1u) << log;
-    EXPECT_EQ(count("ollama option \"not_an_option\" ignored"), 1u) << log;
+    EXPECT_EQ(count("ollama option \"num_thread\" not applied"), 1u) << log;
+    EXPECT_EQ(count("ollama option \"not_an_option\" not applied"), 1u) << log;
+    EXPECT_EQ(count("ollama option \"num_ctx\" not applied"), 1u) << log;
+}
+
+// num_ctx within the loaded context bounds the reply; num_predict -2 ("fill the context") runs
+// up to that bound.
+TEST_F(OllamaApi, NumCtxBoundsTheReplyThatNegativeNumPredictFills) {
+    json body = chat(json::array({user("Go on and on")}), 0);
+    body["options"]["num_predict"] = -2;
+    body["options"]["num_ctx"] = 24;
+    const json r = post("/api/chat", body);
+    EXPECT_GT(r["eval_count"].get<int>(), 0) << r;
+    EXPECT_LE(r["eval_count"].get<int>(), 24) << r;
+    if (r["done_reason"] == "length") {
+        EXPECT_EQ(r["eval_count"], 24) << r;
+    }
 }
 
 TEST_F(OllamaApi, EmbedTruncatesUnlessToldNotTo) {

@@ -48,16 +48,19 @@ TEST(ModelsDir, OneModelPerFileOrSplitSetAndPerSubdirectoryWithOneModel) {
 
 TEST(ModelsDir, KeepAliveIsSecondsOrANumberWithAUnitAsOllamaSpellsIt) {
     const std::vector<std::pair<const char*, std::chrono::milliseconds>> ok = {
-        {"300", 300s}, {"0", 0ms},   {"-1", -1ms}, {"-5m", -1ms}, {"500ms", 500ms},
-        {"30s", 30s},  {"5m", 5min}, {"2h", 2h},   {"1.5m", 90s},
+        {"300", 300s},   {"0", 0ms},      {"-1", -1ms},  {"-5m", -1ms}, {"500ms", 500ms},
+        {"30s", 30s},    {"5m", 5min},    {"2h", 2h},    {"1.5m", 90s}, {"1h30m", 90min},
+        {"2m30s", 150s}, {"1500us", 1ms}, {"+10s", 10s},
     };
     for (const auto& [text, want] : ok) {
         auto got = parse_keep_alive(text);
         ASSERT_TRUE(got) << text;
         EXPECT_EQ(*got, want) << text;
     }
-    for (const char* bad : {"", "m", "5 m", "5d", "forever", "1e9h", "--1"})
+    for (const char* bad : {"", "m", "5 m", "5d", "forever", "1e9h", "--1", "1h30", "5m-1s"})
         EXPECT_EQ(parse_keep_alive(bad).error().code, ErrorCode::invalid_argument) << bad;
+    // A client's digits: refused by length, never read (a regex over them recursed per digit).
+    EXPECT_EQ(parse_keep_alive(std::string(100000, '1')).error().code, ErrorCode::invalid_argument);
 }
 
 }  // namespace

@@ -27,6 +27,8 @@ TEST(OllamaTemplate, TheReplyGoesWhereResponseIs) {
 
 TEST(OllamaTemplate, DashesTrimTheWhiteSpaceBeside) {
     EXPECT_EQ(render_go_template("a  \n{{- .Prompt -}}  \n b", "", "P", ""), "aPb");
+    // Only the template's own text is trimmed, never a value filled in.
+    EXPECT_EQ(render_go_template("A {{ .Prompt }}   {{- .System }}", "S", "p   ", ""), "A p   S");
     EXPECT_EQ(render_go_template("{{- if .System }}\n{{ .System }}{{ end -}}\n\nU", "", "", ""),
               "U");
 }
