@@ -70,12 +70,19 @@ std::string required_model(const json& body) {
     return string_field(*v, "model");
 }
 
+}  // namespace
+
 HttpError model_error(const Error& e) {
     if (e.code == ErrorCode::not_found) return http_error(e, "model", "model_not_found");
     return http_error(e, "model");
 }
 
-}  // namespace
+void ServerState::forget_pulled(const ModelListing& m) const {
+    if (auto ok = models.remove(m.id); !ok) throw HttpException{model_error(ok.error())};
+    // A model never pulled has no files: forgetting it is the whole deletion.
+    if (auto gone = hub_remove(*m.hub); !gone && gone.error().code != ErrorCode::not_found)
+        throw HttpException{http_error(gone.error(), "model")};
+}
 
 ServedModel ServerState::serve(const json& body, Need need,
                                std::optional<std::chrono::milliseconds> keep_alive) const {
@@ -161,10 +168,7 @@ void ServerState::delete_model(const httplib::Request& req, httplib::Response& r
                         "POST /models/unload unloads it",
                         listed->id))};
     }
-    if (auto ok = models.remove(listed->id); !ok) throw HttpException{model_error(ok.error())};
-    // A model never pulled has no files: forgetting it is the whole deletion.
-    if (auto gone = hub_remove(*listed->hub); !gone && gone.error().code != ErrorCode::not_found)
-        throw HttpException{http_error(gone.error(), "model")};
+    forget_pulled(*listed);
     res.set_content(dump(json{{"success", true}}), "application/json");
 }
 

@@ -197,7 +197,7 @@ void ServerState::ollama_ps(httplib::Response& res) const {
 void ServerState::ollama_show(const httplib::Request& req, httplib::Response& res) const {
     const json body = ollama_body(req);
     auto m = models.find(body["model"].get<std::string>());
-    if (!m) throw HttpException{http_error(m.error(), "model", "model_not_found")};
+    if (!m) throw HttpException{model_error(m.error())};
     json info = json::object();
     std::string tmpl;
     bool fim = false;
@@ -317,7 +317,7 @@ void ServerState::ollama_delete(const httplib::Request& req, httplib::Response& 
     const json body = ollama_body(req);
     const std::string name = body["model"].get<std::string>();
     auto m = models.find(name);
-    if (!m) throw HttpException{http_error(m.error(), "model", "model_not_found")};
+    if (!m) throw HttpException{model_error(m.error())};
     if (name != m->id) {
         if (auto ok = models.remove_alias(name); ok) {
             res.status = 200;  // no body, as Ollama answers
@@ -329,9 +329,7 @@ void ServerState::ollama_delete(const httplib::Request& req, httplib::Response& 
             "model", fmt::format("'{}' is a file of the server's configuration, not a pulled "
                                  "model; only pulled models and copies are deleted",
                                  ollama_name(*m)))};
-    if (auto ok = models.remove(m->id); !ok) throw HttpException{http_error(ok.error(), "model")};
-    if (auto gone = hub_remove(*m->hub); !gone && gone.error().code != ErrorCode::not_found)
-        throw HttpException{http_error(gone.error(), "model")};
+    forget_pulled(*m);
     res.status = 200;
 }
 

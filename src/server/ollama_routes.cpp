@@ -186,7 +186,7 @@ void ServerState::ollama_generate(const httplib::Request& req, httplib::Response
         // Ollama's way to unload: nothing to generate and keep_alive 0. A loaded model gets an
         // idle time of 0, so it goes once its running requests (other clients') are done.
         auto found = models.find(name);
-        if (!found) throw HttpException{http_error(found.error(), "model", "model_not_found")};
+        if (!found) throw HttpException{model_error(found.error())};
         if (found->status == ModelStatus::ready)
             (void)models.acquire(name, Clock::now(), std::chrono::milliseconds(0));
         res.set_content(dump(lifecycle_reply(model, chat, "unload")), "application/json");

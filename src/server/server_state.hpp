@@ -151,6 +151,8 @@ struct ServerState {
     void register_model_routes();
     void load_model(const httplib::Request& req, httplib::Response& res);
     void delete_model(const httplib::Request& req, httplib::Response& res);
+    // Unloads and forgets a model pulled from the hub, and deletes its files (both DELETE routes).
+    void forget_pulled(const ModelListing& m) const;
     void pull_model(const httplib::Request& req, httplib::Response& res);
     void pull_events(httplib::Response& res);
     void generate(const httplib::Request& req, httplib::Response& res, bool chat);
@@ -220,6 +222,8 @@ inline InFlight::~InFlight() {
 }
 
 HttpError draining_error();
+// A model lookup's error, naming the field "model"; an unknown model is model_not_found.
+HttpError model_error(const Error& e);
 bool anthropic_route(const std::string& path);
 bool ollama_route(const std::string& path);  // errors as {"error": message}
 
