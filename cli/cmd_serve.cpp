@@ -7,8 +7,10 @@
 #include <nlohmann/json.hpp>
 
 #include <charconv>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <memory>
 #include <sstream>
 #include <thread>
@@ -190,6 +192,32 @@ void set_model_source(ModelSpec& spec, const std::string& what) {
 
 namespace {
 
+// Who may call, from where, and over what (SECURITY.md).
+void add_access_options(CLI::App& cmd, ServeFlags& flags) {
+    ServerOptions& s = flags.server;
+    add_llama_option(cmd, "--api-key", flags.api_keys,
+                     "require Authorization: Bearer KEY (repeatable, or a comma list)")
+        ->delimiter(',');
+    add_llama_option(cmd, "--api-key-file", flags.api_key_file,
+                     "read API keys from a file, one per line");
+    cmd.add_option("--cors-origin", s.cors_origins, "allow this browser origin (repeatable)");
+    add_llama_option(cmd, "--cors-origins", flags.cors_origins,
+                     "allowed browser origins, a comma list (* = any)")
+        ->delimiter(',');
+    cmd.add_option("--allowed-hosts", s.allowed_hosts,
+                   "Host names a server on a loopback address answers to besides loopback "
+                   "ones (against DNS rebinding), a comma list; * = any")
+        ->delimiter(',');
+    add_llama_option(cmd, "--ssl-cert-file", flags.ssl_cert_file,
+                     "serve HTTPS with this PEM certificate (with --ssl-key-file)");
+    add_llama_option(cmd, "--ssl-key-file", flags.ssl_key_file,
+                     "the PEM private key of --ssl-cert-file");
+    cmd.add_option("--read-timeout", flags.read_timeout_s,
+                   "seconds a request's headers may take to arrive, and its body may pause; "
+                   "then 408 or the connection is closed")
+        ->capture_default_str();
+}
+
 void add_serve_options(CLI::App& cmd, ServeFlags& flags) {
     ServerOptions& s = flags.server;
     add_model_flags(cmd, flags);
@@ -202,11 +230,7 @@ void add_serve_options(CLI::App& cmd, ServeFlags& flags) {
            "listen on Ollama's port, 11434, so that its clients find the server unconfigured")
         ->excludes(port);
     cmd.add_option("--unix-socket", s.unix_socket, "listen on a unix socket instead");
-    add_llama_option(cmd, "--api-key", flags.api_keys,
-                     "require Authorization: Bearer KEY (repeatable, or a comma list)")
-        ->delimiter(',');
-    add_llama_option(cmd, "--api-key-file", flags.api_key_file,
-                     "read API keys from a file, one per line");
+    add_access_options(cmd, flags);
     add_llama_option(cmd, "--alias", flags.aliases,
                      "names of the first -m model in the API, a comma list: the first in "
                      "alphabetical order is its id (default: the file name)")
@@ -226,10 +250,6 @@ void add_serve_options(CLI::App& cmd, ServeFlags& flags) {
                    "less 256M)");
     cmd.add_flag("--unload-idle", flags.unload_idle,
                  "unload least recently used idle models when a load would not fit");
-    cmd.add_option("--cors-origin", s.cors_origins, "allow this browser origin (repeatable)");
-    add_llama_option(cmd, "--cors-origins", flags.cors_origins,
-                     "allowed browser origins, a comma list (* = any)")
-        ->delimiter(',');
     add_llama_switch(cmd, "--slots", s.slots_route, "serve GET /slots (--no-slots: do not)");
     add_llama_option(cmd, "--slot-save-path", flags.slot_save_path,
                      "serve POST /slots/{id}?action=save|restore|erase: a saved slot is a KV "
@@ -327,6 +347,23 @@ Result<void> apply_vertex_ai(ServerOptions& options) {
     return {};
 }
 
+// Both files or neither, each readable, so that a typo is an error at start and not a server
+// that cannot answer anyone.
+Result<void> tls_files(const ServeFlags& flags, ServerOptions& options) {
+    if (flags.ssl_cert_file.empty() != flags.ssl_key_file.empty())
+        return fail(ErrorCode::invalid_argument, "--ssl-cert-file and --ssl-key-file go together",
+                    flags.ssl_cert_file.empty() ? "--ssl-cert-file" : "--ssl-key-file");
+    for (const std::string* file : {&flags.ssl_cert_file, &flags.ssl_key_file})
+        if (!file->empty() && !std::ifstream(*file))
+            return fail(ErrorCode::io_error, "cannot read the file", *file);
+    if (!options.unix_socket.empty() && !flags.ssl_cert_file.empty())
+        return fail(ErrorCode::invalid_argument, "TLS is served on TCP, not a unix socket",
+                    "--ssl-cert-file");
+    options.ssl_cert_file = flags.ssl_cert_file;
+    options.ssl_key_file = flags.ssl_key_file;
+    return {};
+}
+
 Result<ServerOptions> server_options(const ServeFlags& flags) {
     if (auto ok = check_honoured(flags); !ok) return std::unexpected(ok.error());
     ServerOptions options = flags.server;
@@ -339,6 +376,11 @@ Result<ServerOptions> server_options(const ServeFlags& flags) {
         return fail(ErrorCode::invalid_argument, "must be positive", "--timeout");
     options.request_timeout = std::chrono::seconds(flags.timeout_s);
     options.drain_grace = std::chrono::seconds(flags.drain_grace_s);
+    if (!(flags.read_timeout_s >= 0.1 && flags.read_timeout_s <= 3600))
+        return fail(ErrorCode::invalid_argument, "must be in [0.1, 3600] seconds",
+                    "--read-timeout");
+    options.read_timeout = std::chrono::milliseconds(std::llround(flags.read_timeout_s * 1000));
+    if (auto tls = tls_files(flags, options); !tls) return std::unexpected(tls.error());
     if (flags.responses_ttl_s < 1)
         return fail(ErrorCode::invalid_argument, "must be positive", "--responses-ttl");
     options.stored_response_ttl = std::chrono::seconds(flags.responses_ttl_s);

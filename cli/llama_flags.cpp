@@ -64,7 +64,6 @@ std::string why_not(std::string_view flag) {
          "itself (prompt lookup)"},
         {"--mmproj", "multimodal input is not supported yet"},
         {"--media-path", "multimodal input is not supported yet"},
-        {"--ssl-", "llamapp serves plain HTTP; put a TLS proxy in front of it"},
         {"--webui", "llamapp has no web UI"},
         {"--grammar", "a request brings its own grammar or schema (grammar, response_format)"},
         {"--json-schema", "a request brings its own grammar or schema (grammar, response_format)"},

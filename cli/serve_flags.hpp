@@ -46,6 +46,8 @@ struct ServeFlags {
     int sleep_idle_seconds = -1;
     int timeout_s = 600;
     int drain_grace_s = 30;
+    double read_timeout_s = 10;
+    std::string ssl_cert_file, ssl_key_file;
     int responses_ttl_s = 3600;
     std::string slot_save_path;  // POST /slots/{id}?action=...; the disk tier without --cache-disk
     std::string models_dir;

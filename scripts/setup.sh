@@ -9,7 +9,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 
 # Debian package names, pinned here and nowhere else. Why each is needed: README.md.
 packages=(
-  g++ cmake ninja-build ccache git pkg-config curl
+  g++ cmake ninja-build ccache git pkg-config curl openssl
   libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev libfmt-dev libspdlog-dev libssl-dev libxxhash-dev
   python3-pytest python3-requests python3-wget python3-filelock

@@ -15,12 +15,20 @@
 namespace llamapp {
 
 struct ServerOptions {
-    std::string host = "127.0.0.1";     // a comma list listens on each address, at the same port
-    int port = 8080;                    // 0 = any free port (see Server::port)
-    std::string unix_socket;            // listen on this path instead of host:port
-    std::vector<std::string> api_keys;  // any of them is accepted; none = no authentication
+    std::string host = "127.0.0.1";  // a comma list listens on each address, at the same port
+    int port = 8080;                 // 0 = any free port (see Server::port)
+    std::string unix_socket;         // listen on this path instead of host:port
+    // Any of them is accepted; none = no authentication. "sha256:HEX" is a key known only by its
+    // SHA-256 digest (64 hex digits), so that a key file can hold digests instead of keys.
+    std::vector<std::string> api_keys;
     std::vector<std::string> cors_origins;  // empty = no CORS headers; "*" = any origin
-    bool slots_route = true;                // GET /slots (llama-server's --slots)
+    // Host names a server on a loopback address answers to (as well as localhost and loopback
+    // addresses), against DNS rebinding; "*" = any. A server on another address takes any Host.
+    std::vector<std::string> allowed_hosts;
+    // TLS with this PEM certificate (chain) and key; both or neither.
+    std::filesystem::path ssl_cert_file;
+    std::filesystem::path ssl_key_file;
+    bool slots_route = true;  // GET /slots (llama-server's --slots)
     // Replies carry llama-server's "__verbose" debug object unless a request says otherwise
     // (its --verbose).
     bool verbose_replies = false;
@@ -43,6 +51,9 @@ struct ServerOptions {
     int max_stop_strings = 16;
     int max_embedding_inputs = 256;
     std::chrono::milliseconds request_timeout{10 * 60 * 1000};  // total deadline per request
+    // A request's head (its line and headers) must arrive within this, and its body may pause
+    // no longer between reads; a client that stops sending is then answered (408) or dropped.
+    std::chrono::milliseconds read_timeout{10 * 1000};
     std::chrono::milliseconds drain_grace{30 * 1000};
     int http_threads = 0;  // 0 = enough for every slot and queued request to stream at once
     // /v1/responses kept for previous_response_id (store: true): the oldest go first once

@@ -225,6 +225,16 @@ Result<std::vector<HubSearchHit>> hub_search(std::string_view query, int limit,
     return hits;
 }
 
+namespace {
+
+// A git object id (40 hex digits) or a SHA-256 (64).
+bool hex_id(const std::string& s) {
+    return (s.size() == 40 || s.size() == 64) &&
+           s.find_first_not_of("0123456789abcdef") == std::string::npos;
+}
+
+}  // namespace
+
 Result<HubRepoFiles> hub_list_files(std::string_view repo, const HubOptions& options) {
     auto ref = parse_model_ref(repo);
     if (!ref) return std::unexpected(ref.error());
@@ -242,6 +252,10 @@ Result<HubRepoFiles> hub_list_files(std::string_view repo, const HubOptions& opt
     }
     if (listing.commit.empty())
         return fail(ErrorCode::not_found, "the repository has no branch", std::string(repo));
+    // The commit and the digests become directory and file names in the cache.
+    if (!hex_id(listing.commit))
+        return fail(ErrorCode::network_error, "the hub named a commit that is not a hex id",
+                    listing.commit.substr(0, 80));
     auto tree = detail::hub_get_json(
         fmt::format("api/models/{}/tree/{}?recursive=true", repo, listing.commit), options);
     if (!tree) return std::unexpected(tree.error());
@@ -260,6 +274,7 @@ Result<HubRepoFiles> hub_list_files(std::string_view repo, const HubOptions& opt
         const auto& lfs = item.contains("lfs") ? item["lfs"] : item;
         f.size = lfs.value("size", item.value("size", std::uint64_t{0}));
         f.digest = lfs.value("oid", item.value("oid", std::string()));
+        if (!hex_id(f.digest)) continue;  // nothing to check the bytes against, or not a name
         listing.files.push_back(std::move(f));
     }
     detail::classify_files(listing);

@@ -6,6 +6,8 @@
 #include <thread>
 
 #include "core/log_internal.hpp"
+#include "llamapp/fingerprint.hpp"
+#include "server/access_policy.hpp"
 #include "server/server_state.hpp"
 
 namespace llamapp {
@@ -20,20 +22,6 @@ bool constant_time_equal(const std::string& a, const std::string& b) {
     for (std::size_t i = 0; i < a.size(); ++i)
         diff |= static_cast<unsigned char>(a[i] ^ (i < b.size() ? b[i] : 0));
     return diff == 0;
-}
-
-std::vector<std::string> listen_addresses(const std::string& host) {
-    std::vector<std::string> out;
-    std::size_t from = 0;
-    while (from <= host.size()) {
-        const std::size_t comma = std::min(host.find(',', from), host.size());
-        std::string one = host.substr(from, comma - from);
-        one.erase(0, one.find_first_not_of(' '));
-        one.erase(one.find_last_not_of(' ') + 1);
-        if (!one.empty()) out.push_back(std::move(one));
-        from = comma + 1;
-    }
-    return out;
 }
 
 // Liveness probes: the health routes, and Ollama's root and version, which its clients ask
@@ -69,7 +57,10 @@ Result<std::unique_ptr<Server>> Server::create(ModelManager& models, ServerOptio
             capacity += static_cast<std::size_t>(m.slots) + m.max_queued_requests;
     s.http_threads = options.http_threads > 0 ? static_cast<std::size_t>(options.http_threads)
                                               : std::min<std::size_t>(capacity, 1024) + 16;
-    s.configure(s.http);
+    if (!s.http->is_valid())
+        return fail(ErrorCode::invalid_argument, "cannot use the TLS certificate or key",
+                    options.ssl_cert_file.string());
+    s.configure(*s.http);
     s.register_routes();
     return std::unique_ptr<Server>(new Server(std::move(state)));
 }
@@ -77,8 +68,8 @@ Result<std::unique_ptr<Server>> Server::create(ModelManager& models, ServerOptio
 Result<void> Server::bind() {
     ServerState& s = *state_;
     if (!s.options.unix_socket.empty()) {
-        s.http.set_address_family(AF_UNIX);
-        if (!s.http.bind_to_port(s.options.unix_socket, 80))
+        s.http->set_address_family(AF_UNIX);
+        if (!s.http->bind_to_port(s.options.unix_socket, 80))
             return fail(ErrorCode::io_error, "cannot listen on the unix socket",
                         s.options.unix_socket);
         return {};
@@ -88,9 +79,9 @@ Result<void> Server::bind() {
     const std::vector<std::string> hosts = listen_addresses(s.options.host);
     if (hosts.empty()) return fail(ErrorCode::invalid_argument, "no address to listen on", "host");
     if (s.options.port == 0) {
-        s.port = s.http.bind_to_any_port(hosts.front());
+        s.port = s.http->bind_to_any_port(hosts.front());
         if (s.port < 0) s.port = 0;
-    } else if (s.http.bind_to_port(hosts.front(), s.options.port)) {
+    } else if (s.http->bind_to_port(hosts.front(), s.options.port)) {
         s.port = s.options.port;
     }
     if (s.port == 0)
@@ -111,7 +102,7 @@ Result<void> Server::listen() {
     std::vector<std::thread> others;
     for (auto& l : s.more_listeners)
         others.emplace_back([listener = l.get()] { listener->listen_after_bind(); });
-    const bool served = s.http.listen_after_bind();
+    const bool served = s.http->listen_after_bind();
     s.stop_listening();
     for (std::thread& t : others) t.join();
     if (!served) return fail(ErrorCode::io_error, "the listener stopped unexpectedly");
@@ -125,10 +116,11 @@ int Server::port() const {
 std::vector<std::string> Server::urls() const {
     std::vector<std::string> out;
     if (!state_->options.unix_socket.empty()) return out;
+    const char* scheme = state_->options.ssl_cert_file.empty() ? "http" : "https";
     for (const std::string& host : listen_addresses(state_->options.host))
         out.push_back(host.find(':') != std::string::npos
-                          ? fmt::format("http://[{}]:{}", host, state_->port)
-                          : fmt::format("http://{}:{}", host, state_->port));
+                          ? fmt::format("{}://[{}]:{}", scheme, host, state_->port)
+                          : fmt::format("{}://{}:{}", scheme, host, state_->port));
     return out;
 }
 
@@ -179,20 +171,34 @@ void ServerState::send_error(const httplib::Request& req, httplib::Response& res
     res.set_content(dump(body), "application/json");
 }
 
+std::vector<std::string> key_digests(const std::vector<std::string>& keys) {
+    std::vector<std::string> out;
+    for (const std::string& key : keys) {
+        const std::string_view hex =
+            std::string_view(key).substr(std::min<std::size_t>(7, key.size()));
+        const bool hashed = key.starts_with("sha256:") && hex.size() == 64 &&
+                            hex.find_first_not_of("0123456789abcdefABCDEF") == std::string::npos;
+        std::string digest = hashed ? std::string(hex) : sha256_hex(key);
+        std::transform(digest.begin(), digest.end(), digest.begin(),
+                       [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+        out.push_back(std::move(digest));
+    }
+    return out;
+}
+
 bool ServerState::authorized(const httplib::Request& req) const {
-    if (options.api_keys.empty()) return true;
+    if (api_key_digests.empty()) return true;
     // Authorization: Bearer KEY, or Anthropic's (and llama-server's) X-Api-Key: KEY.
     const std::string header = req.get_header_value("Authorization");
-    const std::string prefix = "Bearer ";
-    std::string given;
-    if (header.size() > prefix.size() && header.compare(0, prefix.size(), prefix) == 0)
-        given = header.substr(prefix.size());
-    else if (header.empty())
-        given = req.get_header_value("X-Api-Key");
+    const std::string given =
+        header.empty() ? req.get_header_value("X-Api-Key") : bearer_token(header);
     if (given.empty()) return false;
-    bool known = false;  // every key is compared, so the time taken says nothing about which
-    for (const std::string& key : options.api_keys)
-        known = constant_time_equal(given, key) || known;
+    // Digests of equal length, each compared whole: the time taken says nothing about which key
+    // came close, or how long it is.
+    const std::string digest = sha256_hex(given);
+    bool known = false;
+    for (const std::string& key : api_key_digests)
+        known = constant_time_equal(digest, key) || known;
     return known;
 }
 
@@ -213,9 +219,7 @@ void ServerState::access_log(const std::string& method, const std::string& path,
 httplib::Server::HandlerResponse ServerState::pre_route(const httplib::Request& req,
                                                         httplib::Response& res) {
     const std::string origin = req.get_header_value("Origin");
-    const auto& allowed = options.cors_origins;
-    if (!origin.empty() && (std::find(allowed.begin(), allowed.end(), origin) != allowed.end() ||
-                            std::find(allowed.begin(), allowed.end(), "*") != allowed.end())) {
+    if (!origin.empty() && access.cors_allowed(origin)) {
         res.set_header("Access-Control-Allow-Origin", origin);
         res.set_header("Vary", "Origin");
         res.set_header("Access-Control-Allow-Headers", "Authorization, Content-Type");
@@ -224,6 +228,10 @@ httplib::Server::HandlerResponse ServerState::pre_route(const httplib::Request& 
             res.status = 204;
             return httplib::Server::HandlerResponse::Handled;
         }
+    }
+    if (auto refused = access.refuse(req)) {
+        send_error(req, res, *refused);
+        return httplib::Server::HandlerResponse::Handled;
     }
     if (!public_route(req.path) && !authorized(req)) {
         send_error(req, res,
@@ -236,6 +244,23 @@ httplib::Server::HandlerResponse ServerState::pre_route(const httplib::Request& 
         return httplib::Server::HandlerResponse::Handled;
     }
     return httplib::Server::HandlerResponse::Unhandled;
+}
+
+ConnectionLimits ServerState::connection_limits() const {
+    ConnectionLimits limits;
+    limits.read_timeout = options.read_timeout;
+    return limits;
+}
+
+std::unique_ptr<httplib::Server> ServerState::make_listener() {
+    if (!options.ssl_cert_file.empty())
+        return std::make_unique<httplib::SSLServer>(options.ssl_cert_file.c_str(),
+                                                    options.ssl_key_file.c_str());
+    return std::make_unique<Listener>(
+        connection_limits(), [this](const httplib::Request& req, httplib::Response& res) {
+            answer_protocol_error(req, res);
+            access_log(req.method, req.path, res.status, res.body.size(), "", "");
+        });
 }
 
 // Anything httplib answers itself (unknown route, body too large, bad framing) gets the same
@@ -251,9 +276,31 @@ void ServerState::answer_protocol_error(const httplib::Request& req, httplib::Re
             req, res,
             protocol_error(413, "body_too_large",
                            fmt::format("the body exceeds {} bytes", options.max_body_bytes)));
+    } else if (res.status == 414) {
+        send_error(req, res,
+                   protocol_error(414, "request_line_too_long",
+                                  fmt::format("the request line exceeds {} bytes",
+                                              ConnectionLimits{}.max_request_line)));
+    } else if (res.status == 431) {
+        const ConnectionLimits limits;
+        send_error(req, res,
+                   protocol_error(431, "headers_too_large",
+                                  fmt::format("the headers exceed {} bytes a line, {} lines or "
+                                              "{} bytes in all",
+                                              limits.max_header_line, limits.max_headers,
+                                              limits.max_head_bytes)));
+    } else if (res.status == 408) {
+        send_error(req, res,
+                   protocol_error(408, "request_timeout",
+                                  fmt::format("the request did not arrive within {} ms",
+                                              options.read_timeout.count())));
     } else {
         send_error(req, res,
-                   protocol_error(res.status, "bad_request", "the request could not be read"));
+                   protocol_error(res.status, "bad_request",
+                                  fmt::format("the request could not be read: bad framing, or a "
+                                              "body shorter than its Content-Length (a body may "
+                                              "pause {} ms)",
+                                              options.read_timeout.count())));
     }
 }
 
@@ -264,8 +311,11 @@ void ServerState::configure(httplib::Server& listener) {
         return new httplib::ThreadPool(threads, threads);
     };
     listener.set_payload_max_length(options.max_body_bytes);
-    listener.set_read_timeout(std::chrono::seconds(60));
-    listener.set_write_timeout(std::chrono::seconds(60));
+    const ConnectionLimits limits = connection_limits();  // the TLS listener's too
+    listener.set_read_timeout(std::chrono::duration_cast<std::chrono::seconds>(
+        std::max(limits.read_timeout, std::chrono::milliseconds{1000})));
+    listener.set_write_timeout(
+        std::chrono::duration_cast<std::chrono::seconds>(limits.write_timeout));
     // Streamed tokens are small writes; Nagle would hold each until the previous one is acked.
     listener.set_tcp_nodelay(true);
     // SO_REUSEADDR, not httplib's SO_REUSEPORT: a restart may bind while the last run's
@@ -337,13 +387,13 @@ void ServerState::route(Method method, const std::string& pattern,
     routes.push_back({method, pattern, handler});
     switch (method) {
         case Method::get:
-            http.Get(pattern, std::move(handler));
+            http->Get(pattern, std::move(handler));
             break;
         case Method::post:
-            http.Post(pattern, std::move(handler));
+            http->Post(pattern, std::move(handler));
             break;
         case Method::del:
-            http.Delete(pattern, std::move(handler));
+            http->Delete(pattern, std::move(handler));
             break;
     }
 }
@@ -354,7 +404,7 @@ void ServerState::post(const std::string& path, httplib::Server::Handler handler
 }
 
 bool ServerState::listen_also(const std::string& host) {
-    auto listener = std::make_unique<httplib::Server>();
+    auto listener = make_listener();
     configure(*listener);
     for (const Route& r : routes) {
         if (r.method == Method::get) listener->Get(r.pattern, r.handler);
@@ -367,7 +417,7 @@ bool ServerState::listen_also(const std::string& host) {
 }
 
 void ServerState::stop_listening() {
-    http.stop();
+    http->stop();
     for (auto& l : more_listeners) l->stop();
 }
 

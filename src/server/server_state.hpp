@@ -13,6 +13,8 @@
 #include "llamapp/chat_stream.hpp"
 #include "llamapp/model_manager.hpp"
 #include "llamapp/server.hpp"
+#include "server/access_policy.hpp"
+#include "server/connection.hpp"
 #include "server/http_error.hpp"
 #include "server/model_pulls.hpp"
 #include "server/openai_request.hpp"
@@ -48,6 +50,9 @@ class StreamFormat {
 
 struct ServerState;
 
+// The API keys' digests (ServerState::api_key_digests).
+std::vector<std::string> key_digests(const std::vector<std::string>& keys);
+
 // Vectors of a request's inputs (dimensions applied), for the embedding routes' shapes.
 struct ComputedEmbeddings {
     std::vector<std::vector<float>> vectors;
@@ -77,14 +82,21 @@ struct ServerState {
           stored_responses({.max_responses = options.max_stored_responses,
                             .max_bytes = options.max_stored_response_bytes,
                             .max_age = options.stored_response_ttl}),
-          pulls(m, options.pulled_model) {}
+          pulls(m, options.pulled_model),
+          access(options),
+          api_key_digests(key_digests(options.api_keys)) {}
 
     ModelManager& models;
     std::shared_ptr<KvStore> store;
     ServerOptions options;
     ResponseStore stored_responses;  // /v1/responses with store: true
     ModelPulls pulls;                // POST /models
-    httplib::Server http;
+    AccessPolicy access;             // Host, Origin and Content-Type rules (SECURITY.md)
+    // SHA-256 (hex) of each API key; a key given as "sha256:HEX" is its digest already, so that
+    // a key file need not hold the keys themselves.
+    std::vector<std::string> api_key_digests;
+    // The first listener (make_listener); its routes are registered by route().
+    std::unique_ptr<httplib::Server> http = make_listener();
     std::atomic<bool> draining{false};
     std::atomic<int> in_flight{0};
     std::atomic<std::uint64_t> next_id{0};
@@ -106,6 +118,10 @@ struct ServerState {
     std::map<std::string, httplib::Server::Handler> post_routes;
 
     void register_routes();
+    // A listener without routes: TLS (httplib's SSLServer, its own connection loop) when a
+    // certificate is configured, else a Listener (connection.hpp). Check is_valid().
+    std::unique_ptr<httplib::Server> make_listener();
+    ConnectionLimits connection_limits() const;
     // Registers on `http` and keeps the route for the other listeners.
     void route(Method method, const std::string& pattern, httplib::Server::Handler handler);
     void get(const std::string& pattern, httplib::Server::Handler handler) {

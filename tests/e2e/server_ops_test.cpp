@@ -11,6 +11,7 @@
 #include <memory>
 #include <sstream>
 
+#include "llamapp/fingerprint.hpp"
 #include "support/command.hpp"
 #include "support/eventually.hpp"
 #include "support/http_helpers.hpp"
@@ -108,7 +109,9 @@ TEST(ServerOps, AQueueBoundAboveSixtyFourStillGets429) {
 TEST(ServerOps, ApiKeyFromAFile) {
     TempDir dir;
     const auto key_file = dir.path() / "key";
-    std::ofstream(key_file) << "from-a-file\n";
+    // A key, and a key known by its digest only (as `printf %s KEY | sha256sum` prints it).
+    const std::string digest = llamapp::sha256_hex("kept-as-a-digest");
+    std::ofstream(key_file) << "from-a-file\nsha256:" << digest << "\n";
     {
         ServerProcess server(
             {"-m", qwen, "-c", "512", "-t", "2", "--api-key-file", key_file.string()});
@@ -116,6 +119,12 @@ TEST(ServerOps, ApiKeyFromAFile) {
         expect_error_shape(c.Get("/v1/models"), 401, "no key");
         c.set_bearer_token_auth("from-a-file");
         EXPECT_EQ(c.Get("/v1/models")->status, 200);
+        c.set_bearer_token_auth("kept-as-a-digest");
+        EXPECT_EQ(c.Get("/v1/models")->status, 200);
+        for (const std::string& wrong : {"sha256:" + digest, digest, std::string("from-a-fil")}) {
+            c.set_bearer_token_auth(wrong);
+            EXPECT_EQ(c.Get("/v1/models")->status, 401) << wrong;
+        }
     }
     // An empty file must not quietly turn authentication off.
     std::ofstream(key_file, std::ios::trunc) << "\n";

@@ -2,12 +2,14 @@
 // of a decode in flight), queue bounds, bad requests, KV pressure and metrics.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <future>
 #include <map>
 #include <mutex>
 #include <thread>
 
+#include "llamapp/log.hpp"
 #include "support/prometheus.hpp"
 #include "support/stories_engine.hpp"
 
@@ -368,7 +370,23 @@ TEST(Engine, CancellingARequestAbortsItsDecodeInFlight) {
     Engine e = engine(o);
     EngineRequest r = request(long_prompt(m, 3000), 4);
     r.options.cancel = cancel;
+    // llama.cpp reports the abort as an error of llama_decode; a cancellation is none.
+    std::mutex lines_mutex;
+    std::vector<std::string> errors, debug;
+    set_log_sink([&](LogLevel level, std::string_view line) {
+        std::lock_guard lock(lines_mutex);
+        (level >= LogLevel::warning ? errors : debug).emplace_back(line);
+    });
+    const LogLevel was = log_level();
+    set_log_level(LogLevel::debug);
     auto d = drain(*e.submit(r));
+    set_log_level(was);
+    set_log_sink({});
+    for (const std::string& line : errors)
+        EXPECT_EQ(line.find("llama_decode"), std::string::npos) << line;
+    EXPECT_NE(std::find(debug.begin(), debug.end(),
+                        "llama_decode: stopped for a cancellation or deadline"),
+              debug.end());
     EXPECT_EQ(d.completion.generation.finish_reason, FinishReason::cancelled);
     EXPECT_EQ(d.completion.generation.usage.completion_tokens, 0);
     // The aborted decode was rolled back: the sequence holds nothing of the prompt.

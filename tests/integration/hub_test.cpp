@@ -125,6 +125,24 @@ TEST_F(Hub, AFileOutsideLfsIsCheckedAgainstItsGitBlobId) {
         << bad.error().describe();
 }
 
+// The hub is not trusted: the names it gives become paths in the cache only when they are ids.
+TEST_F(Hub, AHostileHubCannotNameAPathOutsideTheCache) {
+    const fs::path outside = cache_dir().parent_path() / "escaped-by-the-hub";
+    hub.add("test/climb", "m-Q8_0.gguf", "GGUF bytes", "../../../../escaped-by-the-hub");
+    auto bad_digest = llamapp::hub_pull(HubRef{"test/climb"}, options);
+    ASSERT_FALSE(bad_digest);
+    EXPECT_EQ(bad_digest.error().code, ErrorCode::not_found) << bad_digest.error().describe();
+
+    hub.add("test/climb-commit", "m-Q8_0.gguf", "GGUF bytes");
+    hub.listed_commit = "../../../../escaped-by-the-hub";
+    auto bad_commit = llamapp::hub_pull(HubRef{"test/climb-commit"}, options);
+    ASSERT_FALSE(bad_commit);
+    EXPECT_EQ(bad_commit.error().code, ErrorCode::network_error);
+    EXPECT_NE(bad_commit.error().message.find("not a hex id"), std::string::npos);
+    EXPECT_FALSE(fs::exists(outside));
+    EXPECT_FALSE(fs::exists(cache_dir() / "escaped-by-the-hub"));
+}
+
 TEST_F(Hub, APullTheDiskCannotHoldIsRefusedBeforeAnyTransfer) {
     hub.add("test/huge", "huge-Q8_0.gguf", "GGUF", "", std::uint64_t{1} << 60);
     auto pulled = llamapp::hub_pull(HubRef{"test/huge"}, options);

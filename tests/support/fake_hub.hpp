@@ -75,6 +75,7 @@ class FakeHub {
     std::string required_token;         // non-empty: API calls without it get 401
     std::atomic<int> throttle_next{0};  // this many API calls get 429 first
     int retry_after_seconds = 1;
+    std::string listed_commit = commit;      // what the refs say the main branch is
     std::atomic<int> cut_next_transfers{0};  // this many downloads stop half way
 
     // The next download sends half its bytes, then waits for release_transfer() (60 s at most).
@@ -104,7 +105,8 @@ class FakeHub {
         api_.Get(R"(/api/models/([^/]+/[^/]+)/refs)", [this](const auto& req, auto& res) {
             if (!admit(req, res)) return;
             if (!has_repo(req.matches[1])) return not_found(res);
-            nlohmann::json j = {{"branches", {{{"name", "main"}, {"targetCommit", commit}}}}};
+            nlohmann::json j = {
+                {"branches", {{{"name", "main"}, {"targetCommit", listed_commit}}}}};
             res.set_content(j.dump(), "application/json");
         });
         api_.Get(R"(/api/models/([^/]+/[^/]+)/tree/([0-9a-f]+))",

@@ -74,44 +74,46 @@ inline double metric(const std::string& text, const std::string& series) {
     return prometheus_value(text, series).value_or(0);
 }
 
-// A POST on a plain loopback socket, so a test can read part of the answer and hang up.
-class RawPost {
+// A plain loopback connection, for what no HTTP client sends: pipelined requests, broken heads,
+// a client that reads part of the answer and hangs up.
+class RawConnection {
   public:
-    RawPost(int port, const std::string& path, const std::string& body)
-        : fd_(::socket(AF_INET, SOCK_STREAM, 0)) {
+    explicit RawConnection(int port) : fd_(::socket(AF_INET, SOCK_STREAM, 0)) {
         sockaddr_in addr{};
         addr.sin_family = AF_INET;
         addr.sin_port = htons(static_cast<std::uint16_t>(port));
         addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        if (fd_ < 0 || ::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) return;
-        const std::string request = "POST " + path +
-                                    " HTTP/1.1\r\nHost: x\r\n"
-                                    "Content-Type: application/json\r\nContent-Length: " +
-                                    std::to_string(body.size()) + "\r\n\r\n" + body;
-        sent_ =
-            ::write(fd_, request.data(), request.size()) == static_cast<ssize_t>(request.size());
+        if (fd_ >= 0 && ::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0)
+            hang_up();
     }
-    RawPost(const RawPost&) = delete;
-    RawPost& operator=(const RawPost&) = delete;
-    ~RawPost() { hang_up(); }
+    RawConnection(const RawConnection&) = delete;
+    RawConnection& operator=(const RawConnection&) = delete;
+    ~RawConnection() { hang_up(); }
 
-    bool sent() const { return sent_; }
+    // All of `bytes`, or false (the server may close once it has answered).
+    bool send(const std::string& bytes) {
+        std::size_t at = 0;
+        while (fd_ >= 0 && at < bytes.size()) {
+            const ssize_t n = ::send(fd_, bytes.data() + at, bytes.size() - at, MSG_NOSIGNAL);
+            if (n <= 0) return false;
+            at += static_cast<std::size_t>(n);
+        }
+        return fd_ >= 0;
+    }
     // Reads until `text` has arrived, the peer closes, or `timeout` passes.
     bool read_until(const std::string& text,
                     std::chrono::milliseconds timeout = std::chrono::seconds(60)) {
         const auto until = std::chrono::steady_clock::now() + timeout;
-        while (got_.find(text) == std::string::npos && fd_ >= 0) {
-            // At least one look, even when the time is already up.
-            const auto left = std::chrono::ceil<std::chrono::milliseconds>(
-                until - std::chrono::steady_clock::now());
-            pollfd p{fd_, POLLIN, 0};
-            if (::poll(&p, 1, static_cast<int>(std::max<long>(0, left.count()))) <= 0) break;
-            char buf[4096];
-            const ssize_t n = ::read(fd_, buf, sizeof buf);
-            if (n <= 0) break;
-            got_.append(buf, static_cast<std::size_t>(n));
+        while (got_.find(text) == std::string::npos && read_more(until)) {
         }
         return got_.find(text) != std::string::npos;
+    }
+    // Reads until the server closes the connection (true) or `timeout` passes.
+    bool read_to_close(std::chrono::milliseconds timeout = std::chrono::seconds(60)) {
+        const auto until = std::chrono::steady_clock::now() + timeout;
+        while (read_more(until)) {
+        }
+        return closed_;
     }
     const std::string& received() const { return got_; }
     void hang_up() {
@@ -120,9 +122,42 @@ class RawPost {
     }
 
   private:
+    // One read of what has arrived by `until`; false on a close or when the time is up.
+    bool read_more(std::chrono::steady_clock::time_point until) {
+        if (fd_ < 0 || closed_) return false;
+        // At least one look, even when the time is already up.
+        const auto left =
+            std::chrono::ceil<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
+        pollfd p{fd_, POLLIN, 0};
+        if (::poll(&p, 1, static_cast<int>(std::max<long>(0, left.count()))) <= 0) return false;
+        char buf[4096];
+        const ssize_t n = ::read(fd_, buf, sizeof buf);
+        if (n <= 0) {
+            closed_ = true;
+            return false;
+        }
+        got_.append(buf, static_cast<std::size_t>(n));
+        return true;
+    }
+
     int fd_ = -1;
-    bool sent_ = false;
+    bool closed_ = false;
     std::string got_;
+};
+
+// A JSON POST on a raw connection, so a test can read part of the answer and hang up.
+class RawPost : public RawConnection {
+  public:
+    RawPost(int port, const std::string& path, const std::string& body) : RawConnection(port) {
+        sent_ = send("POST " + path +
+                     " HTTP/1.1\r\nHost: localhost\r\n"
+                     "Content-Type: application/json\r\nContent-Length: " +
+                     std::to_string(body.size()) + "\r\n\r\n" + body);
+    }
+    bool sent() const { return sent_; }
+
+  private:
+    bool sent_ = false;
 };
 
 // Sends a streaming chat request, reads until the first event, and hangs up.

@@ -46,8 +46,8 @@ class ServerProcess {
                 if (exited()) break;
                 continue;
             }
-            const auto at = log_.find("http://127.0.0.1:");
-            if (at != std::string::npos) port_ = std::stoi(log_.substr(at + 17));
+            const auto at = log_.find("://127.0.0.1:");  // http or https
+            if (at != std::string::npos) port_ = std::stoi(log_.substr(at + 13));
             listening = port_ != 0 || log_.find("serving on unix socket") != std::string::npos;
         }
         if (!listening) throw std::runtime_error("the server did not start:\n" + log_);

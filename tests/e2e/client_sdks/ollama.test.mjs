@@ -456,9 +456,14 @@ test("errors surface as the client's ResponseError with Ollama's statuses", asyn
     client.chat({ model, messages: [{ role: "user", content: "What is this?", images: ["iVBORw0KGgo="] }] }),
     isResponseError(400),
   );
-  const bad = await fetch(`${base}/api/chat`, { method: "POST", body: "{not json" });
+  const json = { "Content-Type": "application/json" };
+  const bad = await fetch(`${base}/api/chat`, { method: "POST", headers: json, body: "{not json" });
   assert.equal(bad.status, 400);
   assert.equal(typeof (await bad.json()).error, "string");
+  // fetch's own type for a string body: what a page of another site could send unasked.
+  const plain = await fetch(`${base}/api/chat`, { method: "POST", body: JSON.stringify(helloChat()) });
+  assert.equal(plain.status, 415);
+  assert.equal(typeof (await plain.json()).error, "string");
   // Still serving.
   assert.equal((await client.chat(helloChat())).eval_count, 8);
 });

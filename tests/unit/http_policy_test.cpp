@@ -1,0 +1,157 @@
+// The HTTP layer's decisions without a socket: where a request's head ends or breaks a limit, and
+// which Host, Origin, Content-Type and Authorization headers a request may carry.
+#include <gtest/gtest.h>
+
+#include "server/access_policy.hpp"
+#include "server/connection.hpp"
+
+namespace {
+
+using namespace llamapp::detail;
+
+TEST(HttpHead, AHeadIsCompleteAtItsBlankLine) {
+    const ConnectionLimits limits;
+    EXPECT_EQ(scan_head("GET / HTTP/1.1\r\nHost: a\r\n\r\n", limits), HeadScan::complete);
+    EXPECT_EQ(scan_head("GET / HTTP/1.1\r\n\r\nbody", limits), HeadScan::complete);
+    EXPECT_EQ(scan_head("GET / HTTP/1.1\r\nHost: a\r\n", limits), HeadScan::incomplete);
+    EXPECT_EQ(scan_head("GET / HTTP/1.1\r\nHost: a\r", limits), HeadScan::incomplete);
+    EXPECT_EQ(scan_head("", limits), HeadScan::incomplete);
+    // A bare LF does not end a line.
+    EXPECT_EQ(scan_head("GET / HTTP/1.1\n\n", limits), HeadScan::incomplete);
+}
+
+TEST(HttpHead, EachLimitHasItsStatus) {
+    ConnectionLimits limits;
+    limits.max_request_line = 20;
+    limits.max_header_line = 16;
+    limits.max_headers = 2;
+    limits.max_head_bytes = 64;
+    // The request line: too long whether or not its end has arrived.
+    EXPECT_EQ(scan_head("GET /" + std::string(30, 'a'), limits), HeadScan::uri_too_long);
+    EXPECT_EQ(scan_head("GET /" + std::string(30, 'a') + "\r\n\r\n", limits),
+              HeadScan::uri_too_long);
+    EXPECT_EQ(scan_head("GET /" + std::string(15, 'a') + "\r\n\r\n", limits), HeadScan::complete);
+    // A header line of 16 bytes with its CRLF passes; 17 does not, ended or not.
+    EXPECT_EQ(scan_head("GET / HTTP/1.1\r\nX: 12345678901\r\n\r\n", limits), HeadScan::complete);
+    EXPECT_EQ(scan_head("GET / HTTP/1.1\r\nX: 123456789012\r\n\r\n", limits),
+              HeadScan::headers_too_large);
+    EXPECT_EQ(scan_head("GET / HTTP/1.1\r\nX: 123456789012345", limits),
+              HeadScan::headers_too_large);
+    // Two headers pass, three do not.
+    EXPECT_EQ(scan_head("GET / HTTP/1.1\r\nA: 1\r\nB: 2\r\n\r\n", limits), HeadScan::complete);
+    EXPECT_EQ(scan_head("GET / HTTP/1.1\r\nA: 1\r\nB: 2\r\nC: 3\r\n\r\n", limits),
+              HeadScan::headers_too_large);
+    // The whole head.
+    limits.max_headers = 100;
+    std::string head = "GET / HTTP/1.1\r\n";
+    while (head.size() < 64) head += "A: 1\r\n";
+    EXPECT_EQ(scan_head(head + "\r\n", limits), HeadScan::headers_too_large);
+}
+
+TEST(HttpPolicy, BearerIsCaseInsensitive) {
+    EXPECT_EQ(bearer_token("Bearer abc"), "abc");
+    EXPECT_EQ(bearer_token("bearer abc"), "abc");
+    EXPECT_EQ(bearer_token("BEARER \t abc "), "abc");
+    EXPECT_EQ(bearer_token("Bearerabc"), "");
+    EXPECT_EQ(bearer_token("Bearer"), "");
+    EXPECT_EQ(bearer_token("Bearer   "), "");
+    EXPECT_EQ(bearer_token("Basic abc"), "");
+}
+
+TEST(HttpPolicy, LoopbackNames) {
+    for (const char* yes :
+         {"localhost", "LocalHost", "a.localhost", "127.0.0.1", "127.255.0.9", "::1", "[::1]"})
+        EXPECT_TRUE(loopback_name(yes)) << yes;
+    for (const char* no : {"localhost.evil", "evil-localhost", "128.0.0.1", "0.0.0.0",
+                           "::", "example.com", "", "127.0.0.1.evil"})
+        EXPECT_FALSE(loopback_name(no)) << no;
+}
+
+httplib::Request request(std::string method, std::string path, httplib::Headers headers) {
+    httplib::Request r;
+    r.method = std::move(method);
+    r.path = std::move(path);
+    r.headers = std::move(headers);
+    return r;
+}
+
+std::string refusal(const AccessPolicy& p, const httplib::Request& r) {
+    const auto no = p.refuse(r);
+    return no ? std::to_string(no->status) + " " + no->code : "ok";
+}
+
+TEST(HttpPolicy, HostIsCheckedOnlyOnLoopbackListeners) {
+    llamapp::ServerOptions o;
+    const auto get = request("GET", "/v1/models", {{"Host", "evil.example:8080"}});
+    EXPECT_EQ(refusal(AccessPolicy(o), get), "403 host_not_allowed");
+    o.allowed_hosts = {"Evil.Example"};
+    EXPECT_EQ(refusal(AccessPolicy(o), get), "ok");
+    o.allowed_hosts = {"*"};
+    EXPECT_EQ(refusal(AccessPolicy(o), get), "ok");
+    o.allowed_hosts = {};
+    o.host = "127.0.0.1,::1";
+    EXPECT_EQ(refusal(AccessPolicy(o), get), "403 host_not_allowed");
+    o.host = "127.0.0.1,192.168.1.5";  // reachable from the network: any name may be its
+    EXPECT_EQ(refusal(AccessPolicy(o), get), "ok");
+    o.host = "0.0.0.0";
+    EXPECT_EQ(refusal(AccessPolicy(o), get), "ok");
+    o.host = "127.0.0.1";
+    o.unix_socket = "/tmp/llamapp.sock";
+    EXPECT_EQ(refusal(AccessPolicy(o), get), "ok");
+}
+
+TEST(HttpPolicy, OriginsAndOperatorRoutes) {
+    llamapp::ServerOptions o;
+    o.cors_origins = {"http://app.example", "*"};
+    const AccessPolicy p(o);
+    const auto from = [](std::string origin, std::string method, std::string path) {
+        return request(std::move(method), std::move(path),
+                       {{"Host", "localhost:8080"}, {"Origin", std::move(origin)}});
+    };
+    EXPECT_EQ(refusal(p, from("http://app.example", "POST", "/cache/clear")), "ok");
+    EXPECT_EQ(refusal(p, from("http://other.example", "POST", "/v1/chat/completions")), "ok");
+    EXPECT_EQ(refusal(p, from("http://other.example", "GET", "/cache")), "ok");
+    for (const auto& [method, path] :
+         std::vector<std::pair<std::string, std::string>>{{"POST", "/cache/clear"},
+                                                          {"POST", "/cache/prune"},
+                                                          {"POST", "/models"},
+                                                          {"DELETE", "/models"},
+                                                          {"POST", "/models/load"},
+                                                          {"POST", "/slots/0"},
+                                                          {"DELETE", "/api/delete"},
+                                                          {"POST", "/api/pull"},
+                                                          {"POST", "/api/copy"}})
+        EXPECT_EQ(refusal(p, from("http://other.example", method, path)), "403 origin_not_allowed")
+            << method << " " << path;
+    EXPECT_EQ(refusal(p, from("http://localhost:8080", "POST", "/cache/clear")), "ok");  // its own
+
+    llamapp::ServerOptions none;
+    EXPECT_EQ(refusal(AccessPolicy(none), from("http://other.example", "GET", "/v1/models")),
+              "403 origin_not_allowed");
+    EXPECT_EQ(refusal(AccessPolicy(none), from("http://other.example", "OPTIONS", "/v1/models")),
+              "ok");
+}
+
+TEST(HttpPolicy, BodiesMustBeJson) {
+    const llamapp::ServerOptions o;
+    const AccessPolicy p(o);
+    const auto post = [](std::string type, std::string length) {
+        httplib::Headers h{{"Host", "localhost"}, {"Content-Length", std::move(length)}};
+        if (!type.empty()) h.emplace("Content-Type", std::move(type));
+        return request("POST", "/v1/chat/completions", std::move(h));
+    };
+    EXPECT_EQ(refusal(p, post("text/plain;charset=UTF-8", "10")), "415 unsupported_media_type");
+    EXPECT_EQ(refusal(p, post("application/x-www-form-urlencoded", "10")),
+              "415 unsupported_media_type");
+    EXPECT_EQ(refusal(p, post("application/jsonp", "10")), "415 unsupported_media_type");
+    EXPECT_EQ(refusal(p, post("application/json", "10")), "ok");
+    EXPECT_EQ(refusal(p, post(" application/problem+json ; q=1", "10")), "ok");
+    EXPECT_EQ(refusal(p, post("", "10")), "ok");
+    EXPECT_EQ(refusal(p, post("text/plain", "0")), "ok");
+    EXPECT_EQ(refusal(p, post("text/plain", "000")), "ok");
+    auto chunked = post("text/plain", "");
+    chunked.headers.emplace("Transfer-Encoding", "chunked");
+    EXPECT_EQ(refusal(p, chunked), "415 unsupported_media_type");
+}
+
+}  // namespace
