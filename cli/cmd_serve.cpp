@@ -87,6 +87,9 @@ void add_model_flags(CLI::App& cmd, ServeFlags& flags) {
                      "slots share one KV cache, and a request may use all of -c (default; "
                      "--no-kv-unified gives each slot -c / --parallel, as llama-server does "
                      "when --parallel is set)");
+    cmd.add_flag("--deterministic", flags.deterministic,
+                 "the same request gives the same tokens bit for bit on every run: one request "
+                 "at a time, no prefix reuse, no drafts (implies --parallel 1)");
     cmd.add_option("--max-queue", flags.max_queue, "requests waiting for a slot before 429")
         ->capture_default_str();
     cmd.add_option("--min-prefill-rows", flags.min_prefill_rows,
@@ -143,6 +146,7 @@ Result<ModelSpec> model_defaults(const ServeFlags& flags) {
     // -c is the whole cache, as in llama-server; on the unified cache any slot may use all.
     s.engine.context.n_seq_max = flags.slots < 0 ? 4 : flags.slots;
     s.engine.unified_kv = flags.kv_unified;
+    s.engine.deterministic = flags.deterministic;
     s.engine.max_queued_requests = flags.max_queue;
     s.engine.min_prefill_rows = flags.min_prefill_rows;
     s.engine.prefill_chunk = flags.prefill_chunk;

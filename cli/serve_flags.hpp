@@ -42,6 +42,7 @@ struct ServeFlags {
     std::vector<std::string> tags;
     // llama-server flags llamapp takes and needs no action on: it always does what they ask.
     bool kv_unified = true;
+    bool deterministic = false;
     bool metrics = false, cont_batching = true, webui = false, backend_sampling = false;
     int sleep_idle_seconds = -1;
     int timeout_s = 600;

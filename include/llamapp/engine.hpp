@@ -40,6 +40,14 @@ struct EngineOptions {
     // attends over the cells all slots hold; with false each slot gets n_ctx / n_seq_max cells
     // of its own, attention stays per slot, and adopting another slot's prefix copies its cells.
     bool unified_kv = true;
+    // Every request computed as it would be alone on a fresh engine, so that the same request
+    // (greedy, or sampled with a seed) gives the same tokens bit for bit on every run: one slot,
+    // no prefix reuse (live or from the KV store) and no drafts. Otherwise a reply can change
+    // with what else runs: llama.cpp's CPU kernels sum in an order that follows how many rows a
+    // decode holds and where a sequence's cells lie (README "When outputs are bit-identical").
+    // Overrides context.n_seq_max, prefix_reuse and draft_tokens.
+    bool deterministic = false;
+    int slots() const { return deterministic ? 1 : static_cast<int>(context.n_seq_max); }
     std::size_t max_queued_requests = 64;     // accepted but not yet in a slot (>= 1)
     std::size_t max_queued_tokens = 1 << 20;  // prompt tokens of the waiting requests
     int prefill_chunk = 512;                  // most prompt tokens one sequence gets per decode

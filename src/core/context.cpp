@@ -272,7 +272,7 @@ Result<Context> Context::create(const Model& model, const ContextOptions& option
                     "llama.cpp refused the context options: " + capture.last_error());
     }
     state->ctx.reset(raw);
-    state->sequences = detail::SequenceMemory(raw);
+    state->sequences = detail::SequenceMemory(raw, p.kv_unified);
     auto pool = [](int n) {
         ggml_threadpool_params params = ggml_threadpool_params_default(n);
         return detail::Threadpool(ggml_threadpool_new(&params));

@@ -3,6 +3,7 @@
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <vector>
 
 #include "core/context_state.hpp"
 
@@ -16,8 +17,8 @@ llama_pos position(std::size_t n) {
 
 }  // namespace
 
-SequenceMemory::SequenceMemory(llama_context* ctx)
-    : ctx_(ctx), memory_(ctx ? llama_get_memory(ctx) : nullptr) {}
+SequenceMemory::SequenceMemory(llama_context* ctx, bool unified)
+    : ctx_(ctx), memory_(ctx ? llama_get_memory(ctx) : nullptr), unified_(unified) {}
 
 void SequenceMemory::clear() {
     if (memory_) llama_memory_clear(memory_, true);
@@ -36,7 +37,15 @@ void SequenceMemory::copy_prefix(int from, int to, std::size_t n) {
 }
 
 void SequenceMemory::copy_whole(int from, int to) {
-    llama_memory_seq_cp(memory_, from, to, -1, -1);
+    if (unified_) {
+        llama_memory_seq_cp(memory_, from, to, -1, -1);  // shares the cells: nothing to wait for
+        return;
+    }
+    std::vector<std::uint8_t> bytes(snapshot_size(from));
+    remove(to);
+    if (!snapshot(from, bytes) ||
+        llama_state_seq_set_data(ctx_, bytes.data(), bytes.size(), to) != bytes.size())
+        remove(to);
 }
 
 int SequenceMemory::pos_min(int seq) const {
@@ -76,7 +85,7 @@ bool SequenceMemory::restore(int seq, std::span<const std::uint8_t> bytes, std::
     return ok;
 }
 
-ReuseModes SequenceMemory::probe(int vocab_size, int sliding_window, bool unified) {
+ReuseModes SequenceMemory::probe(int vocab_size, int sliding_window) {
     ReuseModes modes;
     modes.sliding_window = sliding_window;
     if (!memory_ || vocab_size < 3) return modes;
@@ -92,7 +101,7 @@ ReuseModes SequenceMemory::probe(int vocab_size, int sliding_window, bool unifie
         copy_whole(0, 1);
         modes.copy_whole = pos_max(1) == last;
         remove(1);
-        if (unified) {
+        if (unified_) {
             copy_prefix(0, 1, 1);
             // A partial copy must hold exactly position 0; recurrent state copies whole or
             // nothing.

@@ -20,7 +20,8 @@ namespace llamapp::detail {
 class SequenceMemory {
   public:
     SequenceMemory() = default;
-    explicit SequenceMemory(llama_context* ctx);
+    // `unified`: the context was made with one KV cache for all sequences (kv_unified).
+    SequenceMemory(llama_context* ctx, bool unified);
 
     // False for a model without a KV cache or recurrent state (it cannot generate).
     bool exists() const { return memory_ != nullptr; }
@@ -32,6 +33,9 @@ class SequenceMemory {
     [[nodiscard]] bool trim(int seq, std::size_t keep);
     // `to` gets the first `n` positions of `from` (ReuseModes::copy_prefix), or all of them.
     void copy_prefix(int from, int to, std::size_t n);
+    // Done when it returns, also between separate streams, where llama.cpp itself would copy
+    // the cells only at the next decode (a snapshot or restore before it would see the old
+    // ones). On failure `to` is empty.
     void copy_whole(int from, int to);
 
     int pos_min(int seq) const;  // -1 when the sequence holds nothing
@@ -55,11 +59,12 @@ class SequenceMemory {
     // What this model's memory can do, tried on a fresh context with three tokens; the memory
     // is cleared afterwards. Partial copies are only tried on a unified cache: between separate
     // streams llama.cpp asserts on them.
-    ReuseModes probe(int vocab_size, int sliding_window, bool unified);
+    ReuseModes probe(int vocab_size, int sliding_window);
 
   private:
     llama_context* ctx_ = nullptr;
     llama_memory_t memory_ = nullptr;
+    bool unified_ = true;
 };
 
 }  // namespace llamapp::detail

@@ -72,6 +72,11 @@ Engine::~Engine() = default;
 
 Result<Engine> Engine::create(const Model& model, EngineOptions options) {
     if (auto ok = validate(options); !ok) return std::unexpected(ok.error());
+    if (options.deterministic) {
+        options.context.n_seq_max = options.slots();
+        options.prefix_reuse = false;
+        options.draft_tokens = 0;
+    }
     options.context.kv_unified = options.unified_kv;
     auto context = Context::create(model, options.context);
     if (!context) return std::unexpected(context.error());
@@ -84,7 +89,7 @@ Result<Engine> Engine::create(const Model& model, EngineOptions options) {
     auto metrics = detail::EngineMetrics::create(options.metrics, options.metric_labels);
     if (!metrics) return std::unexpected(metrics.error());
     ReuseModes modes = detail::context_state(*context).sequences.probe(
-        model.tokenizer().vocab_size(), model.info().sliding_window, options.unified_kv);
+        model.tokenizer().vocab_size(), model.info().sliding_window);
     const int n_ctx_seq = detail::context_state(*context).n_ctx_seq();
     auto persistence = detail::make_persistence(model, options, modes, n_ctx_seq);
     if (!persistence) return std::unexpected(persistence.error());

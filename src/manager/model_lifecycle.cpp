@@ -119,7 +119,7 @@ ModelListing ManagerState::listing(const ModelEntry& e) const {
     l.footprint = e.footprint;
     l.active_requests = e.leases;
     l.keep_alive = keep_alive(e);
-    l.slots = static_cast<int>(e.spec.engine.context.n_seq_max);
+    l.slots = e.spec.engine.slots();
     l.max_queued_requests = e.spec.engine.max_queued_requests;
     if (e.loaded && e.loaded->engine) {
         l.n_ctx = e.loaded->engine->n_ctx();

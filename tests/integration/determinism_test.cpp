@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "core/log_internal.hpp"
+#include "core/sequence_memory.hpp"
 #include "support/paths.hpp"
 
 namespace {
@@ -28,8 +29,8 @@ class Determinism : public ::testing::Test {
     static void SetUpTestSuite() {
         llama_backend_init();
         llamapp::detail::install_llama_log_bridge();  // llama.cpp's info lines at debug
-        model_ = llama_model_load_from_file(
-            llamapp::test::shared_model("stories260K.gguf").c_str(), llama_model_default_params());
+        model_ = llama_model_load_from_file(llamapp::test::shared_model("stories260K.gguf").c_str(),
+                                            llama_model_default_params());
     }
     static void TearDownTestSuite() {
         llama_model_free(model_);
@@ -50,12 +51,12 @@ class Determinism : public ::testing::Test {
     // on a CPU), two threads: the engine's settings.
     struct Ctx {
         llama_context* ctx;
-        Ctx() {
+        explicit Ctx(bool unified = true) {
             llama_context_params p = llama_context_default_params();
             p.n_ctx = 1024;
             p.n_batch = p.n_ubatch = 512;
             p.n_seq_max = 4;
-            p.kv_unified = true;
+            p.kv_unified = unified;
             p.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_ENABLED;
             p.n_threads = p.n_threads_batch = 2;
             ctx = llama_init_from_model(model_, p);
@@ -173,6 +174,33 @@ TEST_F(Determinism, TheSameStateInAnotherCellLayoutChangesTheLogits) {
     ASSERT_EQ(llama_state_seq_set_data(restored.ctx, saved.data(), saved.size(), 0), saved.size());
     restored.decode(y, static_cast<int>(x.size()), 0);
     EXPECT_TRUE(bit_equal(restored.continue_greedily(end, 0, 16), reference));
+}
+
+// With a KV stream per sequence (--no-kv-unified), llama.cpp copies a whole sequence's cells only
+// at the next decode; a snapshot taken before it (a fork, then a save of the forked slot) read the
+// old cells. SequenceMemory::copy_whole copies at once.
+TEST_F(Determinism, AWholeCopyBetweenStreamsIsThereBeforeTheNextDecode) {
+    const Tokens x = tokens("Once upon a time, there was", true);
+    const Tokens y = tokens(" a little girl", false);
+    const int end = static_cast<int>(x.size() + y.size());
+    Ctx cold(false);
+    cold.decode(x, 0, 0);
+    cold.decode(y, static_cast<int>(x.size()), 0);
+    const auto reference = cold.continue_greedily(end, 0, 4);
+
+    Ctx split(false);
+    split.decode(x, 0, 0);
+    llamapp::detail::SequenceMemory memory(split.ctx, false);
+    memory.copy_whole(0, 1);
+    EXPECT_EQ(memory.pos_max(1), static_cast<int>(x.size()) - 1);
+    const auto saved = split.state(1);  // before any decode, as a save after a fork is
+    Ctx restored(false);
+    ASSERT_EQ(llama_state_seq_set_data(restored.ctx, saved.data(), saved.size(), 0), saved.size());
+    restored.decode(y, static_cast<int>(x.size()), 0);
+    EXPECT_TRUE(bit_equal(restored.continue_greedily(end, 0, 4), reference));
+    // The copy itself decodes on as the original would.
+    split.decode(y, static_cast<int>(x.size()), 1);
+    EXPECT_TRUE(bit_equal(split.continue_greedily(end, 1, 4), reference));
 }
 
 }  // namespace
