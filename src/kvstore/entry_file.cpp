@@ -86,17 +86,20 @@ struct Fd {
     }
 };
 
-bool read_exact(int fd, void* out, std::size_t n, off_t at) {
+// none, short_file when the file ends first, io when the read fails (EIO: the disk, not the
+// entry, is at fault).
+EntryDefect read_exact(int fd, void* out, std::size_t n, off_t at) {
     auto* p = static_cast<std::uint8_t*>(out);
     while (n > 0) {
         const ssize_t got = ::pread(fd, p, n, at);
         if (got < 0 && errno == EINTR) continue;
-        if (got <= 0) return false;
+        if (got < 0) return EntryDefect::io;
+        if (got == 0) return EntryDefect::short_file;
         p += got;
         at += got;
         n -= static_cast<std::size_t>(got);
     }
-    return true;
+    return EntryDefect::none;
 }
 
 bool write_all(int fd, std::span<const std::uint8_t> bytes) {
@@ -119,14 +122,20 @@ ParsedHeader refuse(EntryDefect d, std::string detail = {}) {
     return out;
 }
 
+// A failed read_exact: the system's reason when the read itself failed.
+ParsedHeader refuse_read(EntryDefect d) {
+    return refuse(d, d == EntryDefect::io ? std::strerror(errno) : "");
+}
+
 // Reads and checks everything but the payload bytes; leaves the descriptor for the payload.
 ParsedHeader parse(int fd, const fs::path& path) {
     struct stat st {};
     if (::fstat(fd, &st) != 0) return refuse(EntryDefect::io, std::strerror(errno));
     std::uint8_t fixed[entry_fixed_bytes];
-    if (static_cast<std::uint64_t>(st.st_size) < entry_fixed_bytes ||
-        !read_exact(fd, fixed, sizeof fixed, 0))
+    if (static_cast<std::uint64_t>(st.st_size) < entry_fixed_bytes)
         return refuse(EntryDefect::short_file);
+    if (const EntryDefect d = read_exact(fd, fixed, sizeof fixed, 0); d != EntryDefect::none)
+        return refuse_read(d);
     if (std::memcmp(fixed, magic, sizeof magic) != 0) return refuse(EntryDefect::magic);
     if (get<std::uint32_t>(fixed + 8) != entry_format_version)
         return refuse(EntryDefect::version,
@@ -136,8 +145,9 @@ ParsedHeader parse(int fd, const fs::path& path) {
         entry_fixed_bytes + meta_bytes > static_cast<std::uint64_t>(st.st_size))
         return refuse(EntryDefect::short_file);
     std::vector<std::uint8_t> meta(meta_bytes);
-    if (!read_exact(fd, meta.data(), meta.size(), entry_fixed_bytes))
-        return refuse(EntryDefect::short_file);
+    if (const EntryDefect d = read_exact(fd, meta.data(), meta.size(), entry_fixed_bytes);
+        d != EntryDefect::none)
+        return refuse_read(d);
     if (header_checksum(fixed, meta) != get<std::uint64_t>(fixed + 56))
         return refuse(EntryDefect::header_checksum);
 
@@ -267,8 +277,9 @@ ParsedHeader read_entry(const fs::path& path, std::vector<std::uint8_t>& payload
     const EntryHeader& h = parsed.header;
     payload.resize(h.payload_bytes);
     const auto at = static_cast<off_t>(h.file_bytes() - h.payload_bytes);
-    if (!read_exact(fd.fd, payload.data(), payload.size(), at))
-        return refuse(EntryDefect::short_file);
+    if (const EntryDefect d = read_exact(fd.fd, payload.data(), payload.size(), at);
+        d != EntryDefect::none)
+        return refuse_read(d);
     if (payload_checksum(payload) != h.payload_checksum)
         return refuse(EntryDefect::payload_checksum);
     return parsed;

@@ -76,6 +76,12 @@ bool KvStore::Impl::load_payload(Handle h, int dir, const fs::path& path, KvHit&
     std::vector<Removal> removals;
     std::lock_guard lock(mutex);
     auto it = entries.find(h);
+    if (parsed.defect == EntryDefect::io) {  // the disk failed, not the entry: a miss this time
+        log(LogLevel::warning, "kvstore: cannot read {} ({}); computing instead", path.string(),
+            parsed.detail);
+        metrics.misses->inc();
+        return false;
+    }
     if (parsed.defect != EntryDefect::none || parsed.header.id != hit.entry.id) {
         log(LogLevel::warning, "kvstore: removing {}: {} {}", path.string(),
             to_string(parsed.defect), parsed.detail);

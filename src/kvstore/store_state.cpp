@@ -371,6 +371,11 @@ Result<void> KvStore::Impl::scan(int dir) {
             }
             if (path.extension() != entry_extension) continue;
             ParsedHeader parsed = read_header(path);
+            if (parsed.defect == EntryDefect::io) {  // the disk failed, not the entry: kept
+                log(LogLevel::warning, "kvstore: cannot read {} ({}); left in place, not served",
+                    path.string(), parsed.detail);
+                continue;
+            }
             if (parsed.defect != EntryDefect::none) {
                 log(LogLevel::warning, "kvstore: removing {}: {} {}", path.string(),
                     to_string(parsed.defect), parsed.detail);

@@ -1,0 +1,162 @@
+// A test double for a failing disk, preloaded into the real `llamapp serve` (LD_PRELOAD).
+// Files opened under LLAMAPP_FAULT_DIR get the fault that the file LLAMAPP_FAULT_CONTROL names
+// at the moment of each call, so a test can switch it while the server runs:
+//   (empty or absent)  no fault
+//   enospc             every write fails with ENOSPC (a full disk)
+//   eio                every read fails with EIO (a bad sector)
+//   slow N             every read and write first waits N ms (a slow disk)
+// Only open/openat, close, write, pwrite, read, pread and fdatasync are wrapped: what the KV
+// store's entry files go through.
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+#include <time.h>
+#include <unistd.h>
+
+enum { max_fds = 65536 };
+static unsigned char faulty[max_fds];  // fds opened under the directory
+
+typedef int (*open_fn)(const char*, int, ...);
+typedef int (*openat_fn)(int, const char*, int, ...);
+typedef ssize_t (*write_fn)(int, const void*, size_t);
+typedef ssize_t (*pwrite_fn)(int, const void*, size_t, off_t);
+typedef ssize_t (*read_fn)(int, void*, size_t);
+typedef ssize_t (*pread_fn)(int, void*, size_t, off_t);
+typedef int (*int_fn)(int);
+
+static void* next(const char* name) {
+    return dlsym(RTLD_NEXT, name);
+}
+
+static int under_directory(const char* path) {
+    const char* dir = getenv("LLAMAPP_FAULT_DIR");
+    return dir && *dir && path && strncmp(path, dir, strlen(dir)) == 0;
+}
+
+static void track(int fd, const char* path) {
+    if (fd >= 0 && fd < max_fds) faulty[fd] = (unsigned char)under_directory(path);
+}
+
+// The fault now in force for `fd`: 'n' none, 'w' ENOSPC, 'r' EIO, 's' slow (*ms set).
+static char fault(int fd, long* ms) {
+    if (fd < 0 || fd >= max_fds || !faulty[fd]) return 'n';
+    const char* control = getenv("LLAMAPP_FAULT_CONTROL");
+    if (!control) return 'n';
+    int c = ((open_fn)next("open"))(control, O_RDONLY | O_CLOEXEC);
+    if (c < 0) return 'n';
+    char text[64] = {0};
+    ssize_t n = ((read_fn)next("read"))(c, text, sizeof text - 1);
+    ((int_fn)next("close"))(c);
+    if (n <= 0) return 'n';
+    if (strncmp(text, "enospc", 6) == 0) return 'w';
+    if (strncmp(text, "eio", 3) == 0) return 'r';
+    if (strncmp(text, "slow", 4) == 0) {
+        *ms = strtol(text + 4, NULL, 10);
+        return 's';
+    }
+    return 'n';
+}
+
+static void pause_ms(long ms) {
+    struct timespec t = {ms / 1000, (ms % 1000) * 1000000L};
+    while (nanosleep(&t, &t) != 0 && errno == EINTR) {
+    }
+}
+
+// 0 to go on, -1 with errno set to fail the call.
+static int before(int fd, int writing) {
+    long ms = 0;
+    switch (fault(fd, &ms)) {
+        case 'w':
+            if (writing) {
+                errno = ENOSPC;
+                return -1;
+            }
+            return 0;
+        case 'r':
+            if (!writing) {
+                errno = EIO;
+                return -1;
+            }
+            return 0;
+        case 's':
+            pause_ms(ms);
+            return 0;
+        default:
+            return 0;
+    }
+}
+
+static mode_t mode_of(int flags, va_list args) {
+    return (flags & (O_CREAT | O_TMPFILE)) ? (mode_t)va_arg(args, int) : 0;
+}
+
+int open(const char* path, int flags, ...) {
+    va_list args;
+    va_start(args, flags);
+    const mode_t mode = mode_of(flags, args);
+    va_end(args);
+    const int fd = ((open_fn)next("open"))(path, flags, mode);
+    track(fd, path);
+    return fd;
+}
+
+int open64(const char* path, int flags, ...) {
+    va_list args;
+    va_start(args, flags);
+    const mode_t mode = mode_of(flags, args);
+    va_end(args);
+    const int fd = ((open_fn)next("open64"))(path, flags, mode);
+    track(fd, path);
+    return fd;
+}
+
+int openat(int dirfd, const char* path, int flags, ...) {
+    va_list args;
+    va_start(args, flags);
+    const mode_t mode = mode_of(flags, args);
+    va_end(args);
+    const int fd = ((openat_fn)next("openat"))(dirfd, path, flags, mode);
+    track(fd, path);
+    return fd;
+}
+
+int close(int fd) {
+    if (fd >= 0 && fd < max_fds) faulty[fd] = 0;
+    return ((int_fn)next("close"))(fd);
+}
+
+ssize_t write(int fd, const void* p, size_t n) {
+    if (before(fd, 1) != 0) return -1;
+    return ((write_fn)next("write"))(fd, p, n);
+}
+
+ssize_t pwrite(int fd, const void* p, size_t n, off_t at) {
+    if (before(fd, 1) != 0) return -1;
+    return ((pwrite_fn)next("pwrite"))(fd, p, n, at);
+}
+
+ssize_t read(int fd, void* p, size_t n) {
+    if (before(fd, 0) != 0) return -1;
+    return ((read_fn)next("read"))(fd, p, n);
+}
+
+ssize_t pread(int fd, void* p, size_t n, off_t at) {
+    if (before(fd, 0) != 0) return -1;
+    return ((pread_fn)next("pread"))(fd, p, n, at);
+}
+
+ssize_t pread64(int fd, void* p, size_t n, off_t at) {
+    if (before(fd, 0) != 0) return -1;
+    return ((pread_fn)next("pread64"))(fd, p, n, at);
+}
+
+int fdatasync(int fd) {
+    if (before(fd, 1) != 0) return -1;
+    return ((int_fn)next("fdatasync"))(fd);
+}
