@@ -36,12 +36,14 @@ class Soak:
         self.lock = threading.Lock()
         self.sent = 0
         self.counts = {}
+        self.failed = {}
         self.failures = []
 
     def note(self, kind, ok=True, why=""):
         with self.lock:
             self.counts[kind] = self.counts.get(kind, 0) + 1
             if not ok:
+                self.failed[kind] = self.failed.get(kind, 0) + 1
                 self.failures.append(f"{kind}: {why}"[:300])
 
     def count_sent(self, n=1):
@@ -217,6 +219,9 @@ def main():
             break
         time.sleep(1)
     samples.append(sample(args.pid))
+    # Quiet again, the server must answer as at the start.
+    final_status, _ = soak.post("/v1/chat/completions", soak.chat_body(random.Random(0), False))
+    logged += 1
     quarter = max(1, len(samples) // 4)
     rss_start = statistics.median(s[0] for s in samples[:quarter])
     rss_end = statistics.median(s[0] for s in samples[-quarter:])
@@ -225,13 +230,14 @@ def main():
     five_xx = sum(1 for line in open(args.log, errors="replace") if "] http " in line and " status=5" in line)
     checks = {
         "no_failures": not soak.failures,
+        "recovered": final_status == 200,
         "no_5xx": five_xx == 0,
         "answered_exactly_once": logged == soak.sent,
         "rss_flat": rss_end <= rss_start * 1.15 + 32 * 1024,
         "fds_flat": fd_end <= fd_start + 8,
     }
     print(json.dumps({"minutes": args.minutes, "requests": soak.sent, "logged": logged,
-                      "by_kind": soak.counts, "failures": soak.failures[:20], "five_xx": five_xx,
+                      "by_kind": soak.counts, "failed_by_kind": soak.failed, "failures": soak.failures[:20], "five_xx": five_xx,
                       "rss_kb_first_quarter": rss_start, "rss_kb_last_quarter": rss_end,
                       "fds_first_quarter": fd_start, "fds_last_quarter": fd_end,
                       "rss_kb_max": max(s[0] for s in samples), "checks": checks}))

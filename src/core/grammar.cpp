@@ -91,6 +91,33 @@ int grammar_nesting(std::string_view g) {
     return deepest;
 }
 
+// The first repetition `{m,n}` whose upper bound is below its lower one. llama.cpp's parser
+// counts the optional copies as n - m in an unsigned type and loops for ever on it, growing its
+// rules (found by tests/fuzz/fuzz_grammar).
+std::optional<std::string> inverted_repetition(std::string_view g) {
+    std::optional<std::string> found;
+    scan_gbnf(g, [&](std::string_view text, std::size_t i) {
+        if (found || text[i] != '{') return;
+        const std::size_t close = text.find('}', i);
+        if (close == std::string_view::npos) return;
+        const std::string_view inside = text.substr(i + 1, close - i - 1);
+        const std::size_t comma = inside.find(',');
+        if (comma == std::string_view::npos || comma + 1 == inside.size()) return;
+        const auto number = [](std::string_view digits) {
+            long long v = 0;
+            for (const char c : digits) {
+                if (c < '0' || c > '9' || v > 1'000'000'000) return -1LL;
+                v = v * 10 + (c - '0');
+            }
+            return digits.empty() ? -1LL : v;
+        };
+        const long long lo = number(inside.substr(0, comma));
+        const long long hi = number(inside.substr(comma + 1));
+        if (lo >= 0 && hi >= 0 && hi < lo) found = std::string(text.substr(i, close - i + 1));
+    });
+    return found;
+}
+
 }  // namespace
 
 Result<std::string> json_schema_to_gbnf(std::string_view schema_json) {
@@ -120,6 +147,14 @@ Result<std::string> json_schema_to_gbnf(std::string_view schema_json) {
         std::string gbnf = json_schema_to_grammar(schema, /*force_gbnf=*/true);
         if (gbnf.empty()) {
             return fail(ErrorCode::invalid_json_schema, "JSON schema produced an empty grammar",
+                        "json_schema");
+        }
+        // The converter copies some patterns through unchecked (an empty class "[]"); what it
+        // makes must parse, or the schema is refused here rather than when a sampler is built
+        // (found by tests/fuzz/fuzz_grammar).
+        if (auto ok = validate_gbnf(gbnf); !ok) {
+            return fail(ErrorCode::invalid_json_schema,
+                        "JSON schema cannot be made a grammar: " + ok.error().message,
                         "json_schema");
         }
         return gbnf;
@@ -156,6 +191,10 @@ Result<void> validate_gbnf(std::string_view grammar) {
     if (grammar_nesting(grammar) > max_grammar_depth) {
         return fail(ErrorCode::invalid_grammar, "grammar nests too deeply",
                     "limit=" + std::to_string(max_grammar_depth));
+    }
+    if (auto bad = inverted_repetition(grammar)) {
+        return fail(ErrorCode::invalid_grammar,
+                    "a repetition's upper bound is below its lower bound: " + *bad, "grammar");
     }
     if (grammar.starts_with("%llguidance")) {
         // common_sampler aborts the process on this prefix when llguidance is not compiled in.

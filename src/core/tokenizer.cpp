@@ -1,6 +1,7 @@
 #include "llamapp/tokenizer.hpp"
 
 #include <climits>
+#include <exception>
 
 #include "core/model_state.hpp"
 
@@ -13,14 +14,22 @@ Result<std::vector<Token>> Tokenizer::encode(std::string_view text, TokenizeOpti
     }
     const auto n_text = static_cast<int32_t>(text.size());
     std::vector<Token> tokens(text.size() + 2);
-    int32_t n = llama_tokenize(model_->vocab, text.data(), n_text, tokens.data(),
-                               static_cast<int32_t>(tokens.size()), options.add_special,
-                               options.parse_special);
-    if (n < 0) {
-        tokens.resize(static_cast<std::size_t>(-n));
-        n = llama_tokenize(model_->vocab, text.data(), n_text, tokens.data(),
-                           static_cast<int32_t>(tokens.size()), options.add_special,
-                           options.parse_special);
+    const auto tokenize = [&] {
+        return llama_tokenize(model_->vocab, text.data(), n_text, tokens.data(),
+                              static_cast<int32_t>(tokens.size()), options.add_special,
+                              options.parse_special);
+    };
+    int32_t n = 0;
+    // llama.cpp's pre-tokenizers throw on some byte sequences that are not UTF-8 (found by
+    // tests/fuzz/fuzz_tokenizer): a typed error, not an exception through the caller.
+    try {
+        n = tokenize();
+        if (n < 0) {
+            tokens.resize(static_cast<std::size_t>(-n));
+            n = tokenize();
+        }
+    } catch (const std::exception& e) {
+        return fail(ErrorCode::invalid_argument, "the text cannot be tokenized", e.what());
     }
     if (n < 0) return fail(ErrorCode::internal, "tokenization failed");
     tokens.resize(static_cast<std::size_t>(n));
@@ -39,12 +48,19 @@ Result<std::string> Tokenizer::decode(std::span<const Token> tokens, bool render
     }
     std::string text(tokens.size() * 8 + 16, '\0');
     const auto n_tokens = static_cast<int32_t>(tokens.size());
-    int32_t n = llama_detokenize(model_->vocab, tokens.data(), n_tokens, text.data(),
-                                 static_cast<int32_t>(text.size()), false, render_special);
-    if (n < 0) {
-        text.resize(static_cast<std::size_t>(-n));
-        n = llama_detokenize(model_->vocab, tokens.data(), n_tokens, text.data(),
-                             static_cast<int32_t>(text.size()), false, render_special);
+    const auto detokenize = [&] {
+        return llama_detokenize(model_->vocab, tokens.data(), n_tokens, text.data(),
+                                static_cast<int32_t>(text.size()), false, render_special);
+    };
+    int32_t n = 0;
+    try {  // as in encode: llama.cpp's byte maps throw on what they do not know
+        n = detokenize();
+        if (n < 0) {
+            text.resize(static_cast<std::size_t>(-n));
+            n = detokenize();
+        }
+    } catch (const std::exception& e) {
+        return fail(ErrorCode::invalid_argument, "the tokens cannot be detokenized", e.what());
     }
     if (n < 0) return fail(ErrorCode::internal, "detokenization failed");
     text.resize(static_cast<std::size_t>(n));

@@ -6,6 +6,7 @@
 #include <fmt/core.h>
 
 #include <unistd.h>
+#include <atomic>
 #include <charconv>
 #include <fstream>
 #include <sstream>
@@ -53,10 +54,12 @@ std::string fingerprint_of(const Model& model) {
     return *f;
 }
 
-// Written beside, then renamed: a reader never sees half a file.
+// Written beside, then renamed: a reader never sees half a file. Each write has a temporary
+// name of its own: two saves to one name at once each publish a whole file, the later one wins.
 void write_slot_file(const fs::path& path, const json& content) {
-    const fs::path tmp =
-        path.parent_path() / fmt::format(".{}.tmp.{}", path.filename().string(), ::getpid());
+    static std::atomic<std::uint64_t> writes{0};
+    const fs::path tmp = path.parent_path() / fmt::format(".{}.tmp.{}.{}", path.filename().string(),
+                                                          ::getpid(), writes.fetch_add(1));
     {
         std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
         out << dump(content);

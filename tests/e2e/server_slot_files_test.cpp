@@ -8,6 +8,7 @@
 
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "support/http_helpers.hpp"
@@ -99,6 +100,24 @@ TEST(SlotFiles, SaveRestoreAndEraseAsLlamaServerDoes) {
     post(server, "/slots/1?action=erase", {});
     post(server, "/cache/clear", {});
     EXPECT_EQ(complete(server, kPrompt, 1)["timings"]["prompt_n"], prompt_n);
+}
+
+// Found by bench/run-soak.sh: two saves to one file name at once shared a temporary file, and
+// one of them failed with a 500.
+TEST(SlotFiles, SavesToOneFileAtOnceAllSucceed) {
+    TempDir dir;
+    ServerProcess server(args(dir.path()));
+    complete(server, kPrompt, 0);
+    complete(server, kPrompt, 1);
+    std::vector<std::thread> savers;
+    for (int i = 0; i < 8; ++i)
+        savers.emplace_back([&, i] {
+            post(server, fmt::format("/slots/{}?action=save", i % 2), {{"filename", "same.bin"}});
+        });
+    for (auto& t : savers) t.join();
+    EXPECT_EQ(post(server, "/slots/0?action=restore", {{"filename", "same.bin"}})["id_slot"], 0);
+    for (const auto& e : std::filesystem::directory_iterator(dir.path()))
+        EXPECT_EQ(e.path().filename().string().find(".tmp."), std::string::npos) << e.path();
 }
 
 TEST(SlotFiles, ASavedSlotOutlivesTheServer) {

@@ -94,6 +94,21 @@ INSTANTIATE_TEST_SUITE_P(AllVocabs, VocabFixture, ::testing::ValuesIn(vocab_file
                              return n + "_" + std::to_string(param_info.index);
                          });
 
+// Found by tests/fuzz/fuzz_tokenizer: bytes that are not UTF-8 made a pre-tokenizer throw through
+// llama_tokenize. Every vocabulary answers with tokens or a typed error.
+TEST_P(VocabFixture, BytesThatAreNotUtf8AreTokensOrATypedError) {
+    Model model = load_vocab(GetParam());
+    const Tokenizer tok = model.tokenizer();
+    const std::string bytes =
+        "\xa9\xa9\xa9\xa9\xa9\xe9-\xa9\xa9[/IN" + std::string(3, '\0') + "t\xf6\xa9\xa9\xa9m";
+    for (const bool special : {false, true}) {
+        auto ids = tok.encode(bytes, {.add_special = special, .parse_special = special});
+        if (!ids) {
+            EXPECT_EQ(ids.error().code, ErrorCode::invalid_argument) << ids.error().describe();
+        }
+    }
+}
+
 TEST(VocabFixtures, SharedVocabsAreAllFound) {
     int shared = 0;
     for (const auto& p : vocab_files()) shared += p.parent_path() == test::shared_model("vocab");

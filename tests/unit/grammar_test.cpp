@@ -37,3 +37,24 @@ TEST(Grammar, InvalidJsonSchemaIsATypedError) {
         EXPECT_EQ(r.error().code, ErrorCode::invalid_json_schema) << bad;
     }
 }
+
+// Found by tests/fuzz/fuzz_grammar: llama.cpp's converter copied a pattern's empty class "[]"
+// into a grammar its own parser refuses. The schema is refused, with the reason.
+TEST(Grammar, ASchemaWhoseGrammarWouldNotParseIsRefused) {
+    auto g =
+        llamapp::json_schema_to_gbnf(R"({"type": "string", "pattern": "^[a-z]{2,4}(-[]?9+-)0$"})");
+    ASSERT_FALSE(g);
+    EXPECT_EQ(g.error().code, llamapp::ErrorCode::invalid_json_schema);
+}
+
+// Found by tests/fuzz/fuzz_grammar: "{5,4}" made llama.cpp's parser loop, growing without bound,
+// whether written in GBNF or reached through a schema's pattern.
+TEST(Grammar, AnInvertedRepetitionIsRefusedNotExpanded) {
+    auto g = llamapp::validate_gbnf(R"(root ::= "a"{5,4})");
+    ASSERT_FALSE(g);
+    EXPECT_EQ(g.error().code, llamapp::ErrorCode::invalid_grammar);
+    EXPECT_TRUE(llamapp::validate_gbnf(R"(root ::= "a"{4,5} [{]{1,2} "{5,4}")"));
+    auto s = llamapp::json_schema_to_gbnf(R"({"type": "string", "pattern": "^[a-z]{5,4}$"})");
+    ASSERT_FALSE(s);
+    EXPECT_EQ(s.error().code, llamapp::ErrorCode::invalid_json_schema);
+}
