@@ -88,8 +88,7 @@ void add_model_flags(CLI::App& cmd, ServeFlags& flags) {
                      "--no-kv-unified gives each slot -c / --parallel, as llama-server does "
                      "when --parallel is set)");
     cmd.add_flag("--deterministic", flags.deterministic,
-                 "the same request gives the same tokens bit for bit on every run: one request "
-                 "at a time, no prefix reuse, no drafts (implies --parallel 1)");
+                 "same request, same bits: one at a time, no prefix reuse, no drafts");
     cmd.add_option("--max-queue", flags.max_queue, "requests waiting for a slot before 429")
         ->capture_default_str();
     cmd.add_option("--min-prefill-rows", flags.min_prefill_rows,
