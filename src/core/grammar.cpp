@@ -91,7 +91,8 @@ int grammar_nesting(std::string_view g) {
     return deepest;
 }
 
-// The first repetition `{m,n}` whose upper bound is below its lower one. llama.cpp's parser
+// The first repetition `{m,n}` whose upper bound is below its lower one (or that holds a
+// comment). llama.cpp's parser
 // counts the optional copies as n - m in an unsigned type and loops for ever on it, growing its
 // rules (found by tests/fuzz/fuzz_grammar).
 std::optional<std::string> inverted_repetition(std::string_view g) {
@@ -100,7 +101,14 @@ std::optional<std::string> inverted_repetition(std::string_view g) {
         if (found || text[i] != '{') return;
         const std::size_t close = text.find('}', i);
         if (close == std::string_view::npos) return;
-        const std::string_view inside = text.substr(i + 1, close - i - 1);
+        // llama.cpp's parser skips blanks (and comments) between the numbers.
+        std::string inside;
+        for (const char c : text.substr(i + 1, close - i - 1))
+            if (c != ' ' && c != '\t' && c != '\r' && c != '\n') inside += c;
+        if (inside.find('#') != std::string::npos) {
+            found = std::string(text.substr(i, close - i + 1));  // not worth parsing: refused
+            return;
+        }
         const std::size_t comma = inside.find(',');
         if (comma == std::string_view::npos || comma + 1 == inside.size()) return;
         const auto number = [](std::string_view digits) {
@@ -111,8 +119,8 @@ std::optional<std::string> inverted_repetition(std::string_view g) {
             }
             return digits.empty() ? -1LL : v;
         };
-        const long long lo = number(inside.substr(0, comma));
-        const long long hi = number(inside.substr(comma + 1));
+        const long long lo = number(std::string_view(inside).substr(0, comma));
+        const long long hi = number(std::string_view(inside).substr(comma + 1));
         if (lo >= 0 && hi >= 0 && hi < lo) found = std::string(text.substr(i, close - i + 1));
     });
     return found;

@@ -122,6 +122,13 @@ ParsedHeader refuse(EntryDefect d, std::string detail = {}) {
     return out;
 }
 
+// A file that cannot be opened: gone (another process evicted it) is no entry any more; any
+// other failure is the disk's, and the entry stays.
+ParsedHeader refuse_open() {
+    return refuse(errno == ENOENT ? EntryDefect::short_file : EntryDefect::io,
+                  std::strerror(errno));
+}
+
 // A failed read_exact: the system's reason when the read itself failed.
 ParsedHeader refuse_read(EntryDefect d) {
     return refuse(d, d == EntryDefect::io ? std::strerror(errno) : "");
@@ -265,13 +272,13 @@ std::string_view to_string(EntryDefect d) {
 
 ParsedHeader read_header(const fs::path& path) {
     Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-    if (fd.fd < 0) return refuse(EntryDefect::io, std::strerror(errno));
+    if (fd.fd < 0) return refuse_open();
     return parse(fd.fd, path);
 }
 
 ParsedHeader read_entry(const fs::path& path, std::vector<std::uint8_t>& payload) {
     Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-    if (fd.fd < 0) return refuse(EntryDefect::io, std::strerror(errno));
+    if (fd.fd < 0) return refuse_open();
     ParsedHeader parsed = parse(fd.fd, path);
     if (parsed.defect != EntryDefect::none) return parsed;
     const EntryHeader& h = parsed.header;

@@ -19,6 +19,8 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
+thread_local int last_status = 0;  // of the response this thread wrote last (record_status)
+
 // True when `sock` has `events` within `timeout` (never negative).
 bool wait_for(socket_t sock, short events, milliseconds timeout) {
     pollfd p{sock, events, 0};
@@ -124,12 +126,14 @@ class ConnectionStream final : public httplib::Stream {
     template <typename Stopped>
     bool await_request(milliseconds idle, Stopped&& stopped) {
         const auto deadline = Clock::now() + idle;
-        while (!is_readable()) {
+        for (;;) {
+            // Empty lines before a request line are ignored (RFC 9112, 2.2).
+            while (buffered().starts_with("\r\n")) consume_buffered(2);
+            if (is_readable() && buffered() != "\r") return true;
             if (stopped() || Clock::now() >= deadline) return false;
             if (wait_for(sock_, POLLIN, std::min(milliseconds{100}, until(deadline))) && !fill())
                 return false;
         }
-        return true;
     }
 
     enum class Head { complete, closed, timed_out, uri_too_long, headers_too_large };
@@ -137,8 +141,12 @@ class ConnectionStream final : public httplib::Stream {
     // Reads on until the buffer holds a whole head, or it breaks a limit, or its time is up.
     Head read_head(const ConnectionLimits& limits) {
         const auto deadline = Clock::now() + limits.read_timeout;
-        for (;;) {
-            switch (scan_head(buffered(), limits)) {
+        for (std::size_t scanned = 0;; scanned = buffered().size()) {
+            // Scanned again only when a line may have ended or 1 KB more arrived: a client
+            // sending a byte at a time must not make each byte cost a scan of all before it.
+            const bool worth_it = scanned == 0 || buffered().size() >= scanned + 1024 ||
+                                  buffered().find('\n', scanned - 1) != std::string_view::npos;
+            switch (worth_it ? scan_head(buffered(), limits) : HeadScan::incomplete) {
                 case HeadScan::complete:
                     return Head::complete;
                 case HeadScan::uri_too_long:
@@ -172,13 +180,13 @@ class ConnectionStream final : public httplib::Stream {
         return n;
     }
 
-    // Appends what has arrived; false on EOF or an error.
+    // Appends what has arrived, after dropping what was consumed; false on EOF or an error.
     bool fill() {
-        constexpr std::size_t chunk = 16 * 1024;
-        const std::size_t had = buffer_.size();
-        buffer_.resize(had + chunk);
-        const ssize_t n = receive(buffer_.data() + had, chunk);
-        buffer_.resize(had + static_cast<std::size_t>(std::max<ssize_t>(0, n)));
+        buffer_.erase(0, start_);
+        start_ = 0;
+        char chunk[16 * 1024];
+        const ssize_t n = receive(chunk, sizeof chunk);
+        if (n > 0) buffer_.append(chunk, static_cast<std::size_t>(n));
         return n > 0;
     }
 
@@ -217,6 +225,10 @@ void close_gracefully(socket_t sock) {
 }
 
 }  // namespace
+
+void record_status(int status) {
+    last_status = status;
+}
 
 HeadScan scan_head(std::string_view bytes, const ConnectionLimits& limits) {
     const std::size_t line_end = bytes.find("\r\n");
@@ -275,10 +287,14 @@ bool Listener::process_and_close_socket(socket_t sock) {
                 return true;
             }
             bool closed = false;
+            last_status = 0;
             if (!process_request(strm, remote_addr, remote_port, local_addr, local_port, left == 1,
                                  closed, nullptr) ||
                 closed)
                 return true;
+            // After a refusal httplib may not have read the whole request (a bad request line
+            // leaves its headers and body): what follows is not trusted to be a request.
+            if (last_status >= 400) return true;
         }
         return true;
     });

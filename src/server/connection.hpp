@@ -38,6 +38,11 @@ enum class HeadScan {
 };
 HeadScan scan_head(std::string_view buffered, const ConnectionLimits& limits);
 
+// Tells the connection loop the status of the response its thread just wrote (from the
+// listener's logger, which httplib calls for every response): a connection closes after one of
+// 400 or more.
+void record_status(int status);
+
 // Thread-safe as httplib::Server is: each connection runs on one thread of its pool.
 class Listener : public httplib::Server {
   public:

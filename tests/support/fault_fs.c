@@ -5,8 +5,8 @@
 //   enospc             every write fails with ENOSPC (a full disk)
 //   eio                every read fails with EIO (a bad sector)
 //   slow N             every read and write first waits N ms (a slow disk)
-// Only open/openat, close, write, pwrite, read, pread and fdatasync are wrapped: what the KV
-// store's entry files go through.
+// Only open/openat, close, write, pwrite, read, pread (and their 64 forms) and fdatasync are
+// wrapped: what the KV store's entry files go through.
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
@@ -35,7 +35,9 @@ static void* next(const char* name) {
 
 static int under_directory(const char* path) {
     const char* dir = getenv("LLAMAPP_FAULT_DIR");
-    return dir && *dir && path && strncmp(path, dir, strlen(dir)) == 0;
+    if (!dir || !*dir || !path) return 0;
+    const size_t n = strlen(dir);
+    return strncmp(path, dir, n) == 0 && (path[n] == '/' || path[n] == '\0');
 }
 
 static void track(int fd, const char* path) {
@@ -92,8 +94,9 @@ static int before(int fd, int writing) {
     }
 }
 
+// O_TMPFILE includes O_DIRECTORY's bit: only all of it means a mode argument follows.
 static mode_t mode_of(int flags, va_list args) {
-    return (flags & (O_CREAT | O_TMPFILE)) ? (mode_t)va_arg(args, int) : 0;
+    return ((flags & O_CREAT) || (flags & O_TMPFILE) == O_TMPFILE) ? (mode_t)va_arg(args, int) : 0;
 }
 
 int open(const char* path, int flags, ...) {
@@ -139,6 +142,11 @@ ssize_t write(int fd, const void* p, size_t n) {
 ssize_t pwrite(int fd, const void* p, size_t n, off_t at) {
     if (before(fd, 1) != 0) return -1;
     return ((pwrite_fn)next("pwrite"))(fd, p, n, at);
+}
+
+ssize_t pwrite64(int fd, const void* p, size_t n, off_t at) {
+    if (before(fd, 1) != 0) return -1;
+    return ((pwrite_fn)next("pwrite64"))(fd, p, n, at);
 }
 
 ssize_t read(int fd, void* p, size_t n) {

@@ -50,9 +50,12 @@ TEST(Grammar, ASchemaWhoseGrammarWouldNotParseIsRefused) {
 // Found by tests/fuzz/fuzz_grammar: "{5,4}" made llama.cpp's parser loop, growing without bound,
 // whether written in GBNF or reached through a schema's pattern.
 TEST(Grammar, AnInvertedRepetitionIsRefusedNotExpanded) {
-    auto g = llamapp::validate_gbnf(R"(root ::= "a"{5,4})");
-    ASSERT_FALSE(g);
-    EXPECT_EQ(g.error().code, llamapp::ErrorCode::invalid_grammar);
+    for (const char* inverted : {R"(root ::= "a"{5,4})", R"(root ::= "a"{5, 2})",
+                                 "root ::= \"a\"{ 5,\t2 }", "root ::= \"a\"{5,\n2}"}) {
+        auto g = llamapp::validate_gbnf(inverted);
+        ASSERT_FALSE(g) << inverted;
+        EXPECT_EQ(g.error().code, llamapp::ErrorCode::invalid_grammar);
+    }
     EXPECT_TRUE(llamapp::validate_gbnf(R"(root ::= "a"{4,5} [{]{1,2} "{5,4}")"));
     auto s = llamapp::json_schema_to_gbnf(R"({"type": "string", "pattern": "^[a-z]{5,4}$"})");
     ASSERT_FALSE(s);
