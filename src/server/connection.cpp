@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <optional>
 #include <string>
 
 namespace llamapp::detail {
@@ -141,20 +142,20 @@ class ConnectionStream final : public httplib::Stream {
     // Reads on until the buffer holds a whole head, or it breaks a limit, or its time is up.
     Head read_head(const ConnectionLimits& limits) {
         const auto deadline = Clock::now() + limits.read_timeout;
-        for (std::size_t scanned = 0;; scanned = buffered().size()) {
-            // Scanned again only when a line may have ended or 1 KB more arrived: a client
-            // sending a byte at a time must not make each byte cost a scan of all before it.
-            const bool worth_it = scanned == 0 || buffered().size() >= scanned + 1024 ||
-                                  buffered().find('\n', scanned - 1) != std::string_view::npos;
-            switch (worth_it ? scan_head(buffered(), limits) : HeadScan::incomplete) {
-                case HeadScan::complete:
-                    return Head::complete;
-                case HeadScan::uri_too_long:
-                    return Head::uri_too_long;
-                case HeadScan::headers_too_large:
-                    return Head::headers_too_large;
-                case HeadScan::incomplete:
-                    break;
+        std::optional<std::size_t> scanned;  // how much was buffered at the last scan
+        for (;;) {
+            if (head_worth_scanning(buffered(), scanned)) {
+                switch (scan_head(buffered(), limits)) {
+                    case HeadScan::complete:
+                        return Head::complete;
+                    case HeadScan::uri_too_long:
+                        return Head::uri_too_long;
+                    case HeadScan::headers_too_large:
+                        return Head::headers_too_large;
+                    case HeadScan::incomplete:
+                        break;
+                }
+                scanned = buffered().size();
             }
             if (!wait_for(sock_, POLLIN, until(deadline))) return Head::timed_out;
             if (!fill()) return Head::closed;
@@ -225,6 +226,11 @@ void close_gracefully(socket_t sock) {
 }
 
 }  // namespace
+
+bool head_worth_scanning(std::string_view buffered, std::optional<std::size_t> scanned) {
+    return !scanned || buffered.size() >= *scanned + 1024 ||
+           buffered.find('\n', *scanned) != std::string_view::npos;
+}
 
 void record_status(int status) {
     last_status = status;

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstddef>
 #include <functional>
+#include <optional>
 #include <string_view>
 
 namespace llamapp::detail {
@@ -37,6 +38,11 @@ enum class HeadScan {
     headers_too_large,  // 431
 };
 HeadScan scan_head(std::string_view buffered, const ConnectionLimits& limits);
+
+// Whether a head whose first `scanned` bytes were scanned (nothing yet: nullopt) is worth a new
+// scan: a line may have ended in what came since, or 1 KB more came. A client sending a byte at
+// a time must not make each byte cost a scan of everything before it.
+bool head_worth_scanning(std::string_view buffered, std::optional<std::size_t> scanned);
 
 // Tells the connection loop the status of the response its thread just wrote (from the
 // listener's logger, which httplib calls for every response): a connection closes after one of

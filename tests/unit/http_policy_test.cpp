@@ -48,6 +48,15 @@ TEST(HttpHead, EachLimitHasItsStatus) {
     EXPECT_EQ(scan_head(head + "\r\n", limits), HeadScan::headers_too_large);
 }
 
+TEST(HttpHead, ANewScanWaitsForALineEndOrAKilobyte) {
+    const std::string first = "POST / HTTP/1.1\r\nHost: a\r";
+    EXPECT_TRUE(head_worth_scanning(first, std::nullopt));
+    EXPECT_FALSE(head_worth_scanning(first + "X", first.size()));
+    // The head's end and the body in one read: the line that ended is seen.
+    EXPECT_TRUE(head_worth_scanning(first + "\n\r\n{\"content\": 1}", first.size()));
+    EXPECT_TRUE(head_worth_scanning(first + std::string(1024, 'x'), first.size()));
+}
+
 TEST(HttpPolicy, BearerIsCaseInsensitive) {
     EXPECT_EQ(bearer_token("Bearer abc"), "abc");
     EXPECT_EQ(bearer_token("bearer abc"), "abc");
