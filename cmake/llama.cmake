@@ -14,6 +14,12 @@ if(NOT EXISTS "${LLAMAPP_LLAMA_DIR}/include/llama.h")
   message(FATAL_ERROR "LLAMAPP_LLAMA_DIR=${LLAMAPP_LLAMA_DIR} is not a llama.cpp tree")
 endif()
 message(STATUS "llamapp: llama.cpp from ${LLAMAPP_LLAMA_DIR}")
+set(LLAMAPP_LLAMA_PREBUILT "" CACHE PATH
+    "a build folder whose llama.cpp libraries are linked instead of built (the fuzz build only)")
+if(LLAMAPP_LLAMA_PREBUILT)
+  include(${CMAKE_CURRENT_LIST_DIR}/llama-prebuilt.cmake)
+  return()
+endif()
 
 set(BUILD_SHARED_LIBS OFF CACHE BOOL "" FORCE)
 set(LLAMA_BUILD_COMMON ON CACHE BOOL "" FORCE)

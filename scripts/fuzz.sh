@@ -4,6 +4,8 @@
 # input), a leak or an ASan/UBSan report fails the run; its input is left in build-fuzz/findings
 # to be fixed and added to the corpus. Prints each target's executions and coverage.
 #   scripts/fuzz.sh [--seconds N] [target...]   (default: 60 s each, every target)
+# llama.cpp's libraries come from the normal build (build/, or LLAMAPP_FUZZ_LLAMA_FROM) when it
+# has them: only llamapp's own files are compiled with clang. Without one, clang builds them too.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 seconds=60
@@ -28,7 +30,9 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 export LLAMAPP_BUILD_DIR=${LLAMAPP_FUZZ_BUILD_DIR:-$root/build-fuzz}
 export LLAMAPP_BUILD_TYPE=RelWithDebInfo
-export LLAMAPP_CMAKE_ARGS="-DCMAKE_C_COMPILER=clang-19 -DCMAKE_CXX_COMPILER=clang++-19 -DLLAMAPP_FUZZ=ON -DLLAMAPP_BUILD_TESTS=OFF -DLLAMAPP_BUILD_BENCH=OFF"
+prebuilt=${LLAMAPP_FUZZ_LLAMA_FROM:-$root/build}
+if [ -f "$prebuilt/llama.cpp/src/libllama.a" ]; then prebuilt_arg="-DLLAMAPP_LLAMA_PREBUILT=$prebuilt"; else prebuilt_arg=""; fi
+export LLAMAPP_CMAKE_ARGS="-DCMAKE_C_COMPILER=clang-19 -DCMAKE_CXX_COMPILER=clang++-19 -DLLAMAPP_FUZZ=ON -DLLAMAPP_BUILD_TESTS=OFF -DLLAMAPP_BUILD_BENCH=OFF $prebuilt_arg"
 export LLAMAPP_BUILD_TARGETS=fuzz-targets
 "$root/scripts/setup.sh"
 # Stack traces with names: any llvm-symbolizer will do.
