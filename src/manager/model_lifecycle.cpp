@@ -326,9 +326,19 @@ void ManagerState::finish_unload(ModelEntry& e, std::chrono::milliseconds grace)
         std::lock_guard lock(mutex);
         loaded = e.loaded;
     }
-    // Refuses new work at once; what runs gets the grace period, then its streams are cancelled
-    // (and the engine saves what its policy says).
-    if (loaded && loaded->engine) loaded->engine->shutdown(grace);
+    // New acquires already wait. Holders of a lease may still submit during the grace (a request
+    // between choosing its model and submitting would otherwise be refused as shutting down);
+    // once they are done, or the grace is over, the engine refuses new work and cancels what
+    // still runs (saving what its policy says).
+    const auto until = Clock::now() + grace;
+    {
+        std::unique_lock lock(mutex);
+        changed.wait_until(lock, until, [&] { return e.leases == 0; });
+    }
+    const auto left =
+        std::max(std::chrono::milliseconds{0},
+                 std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now()));
+    if (loaded && loaded->engine) loaded->engine->shutdown(left);
     std::string fingerprint;
     if (loaded && options.kv_store)
         if (auto f = loaded->model.fingerprint(); f) fingerprint = std::move(*f);

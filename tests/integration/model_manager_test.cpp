@@ -167,6 +167,25 @@ TEST(ModelManager, UnloadCancelsWhatStillRunsAfterTheGracePeriod) {
     EXPECT_EQ(status_of(*m, "stories"), ModelStatus::unloaded);
 }
 
+// A request that took its lease just before an unload began (the server between choosing the
+// model and submitting) is served within the grace period, not refused as shutting down.
+TEST(ModelManager, ALeaseTakenBeforeAnUnloadCanStillSubmitDuringTheGrace) {
+    auto m = manager();
+    ASSERT_TRUE(m->add(spec("stories", shared_model("stories260K.gguf"))));
+    std::future<Result<void>> unloading;
+    std::optional<ModelLease> lease;  // declared last: gone first, so a failure cannot hang
+    lease = *m->acquire("stories");
+    const std::string expected = greedy_text(*lease, "The cat");
+    unloading = std::async(std::launch::async, [&] { return m->unload("stories", 60s); });
+    ASSERT_TRUE(eventually([&] { return status_of(*m, "stories") == ModelStatus::unloading; }));
+    auto h = lease->engine().submit("The cat", request({}, 12));
+    ASSERT_TRUE(h) << h.error().describe();
+    EXPECT_EQ(drain(*h).text, expected);
+    lease.reset();
+    EXPECT_TRUE(unloading.get());  // at once, not after the grace: nothing holds the model
+    EXPECT_EQ(status_of(*m, "stories"), ModelStatus::unloaded);
+}
+
 TEST(ModelManager, UnloadFreesTheModelsShareOfTheKvStoresRamTier) {
     KvStoreOptions so;
     so.policy.min_tokens = 8;
