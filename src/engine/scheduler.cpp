@@ -155,6 +155,17 @@ std::optional<int> Scheduler::eviction_victim(std::span<const SlotView> slots) c
     return std::nullopt;
 }
 
+int Scheduler::yielding_request(std::span<const SlotView> slots, int stuck) const {
+    int longest = stuck;
+    std::size_t most = slots[static_cast<std::size_t>(stuck)].cached.size();
+    for (const SlotView& s : slots)
+        if (s.running && s.cached.size() > most) {
+            most = s.cached.size();
+            longest = s.seq;
+        }
+    return longest;
+}
+
 std::optional<int> Scheduler::fork_target(std::span<const SlotView> slots, int source) const {
     for (bool sessions : {false, true}) {
         auto target = least_recently_used(slots, [&](const SlotView& s) {

@@ -137,6 +137,10 @@ class Scheduler {
     // KV pressure: the idle slot whose cache goes first (plain cached sequences, least recently
     // used first, then idle sessions), or nothing.
     std::optional<int> eviction_victim(std::span<const SlotView> slots) const;
+    // KV pressure with no idle cells left, when `stuck`'s next token cannot fit: the running
+    // request that gives its cells up, the one holding the most (`stuck` on a tie). One long
+    // reply must not starve the short ones beside it.
+    int yielding_request(std::span<const SlotView> slots, int stuck) const;
     // Where a fork of `source` goes: an idle unpinned slot, least recently used, else an idle
     // session's (which ends).
     std::optional<int> fork_target(std::span<const SlotView> slots, int source) const;

@@ -112,15 +112,25 @@ void EngineCore::process_rows(std::size_t begin, std::size_t end) {
             process_rows(mid, end);
             return;
         }
-        // One token that cannot fit: only its request fails.
+        // One token that cannot fit: the request holding the most cells gives them up. A reply
+        // ends as if its context were full; a prompt not yet cached cannot be answered.
         for (std::size_t i = begin; i < end; ++i) {
             if (!live(rows_[i])) continue;
-            Slot& s = slots_[static_cast<std::size_t>(rows_[i].slot)];
-            clear_sequence(s);
-            stop_running(s, FinishReason::error,
-                         Error{ErrorCode::context_overflow,
-                               "the KV cache is full: no room for this request's next token",
-                               fmt::format("n_ctx={}", state_.n_ctx())});
+            const int stuck = rows_[i].slot;
+            const int yielding = scheduler_.yielding_request(slot_views(), stuck);
+            Slot& s = slots_[static_cast<std::size_t>(yielding)];
+            if (s.running->next_prompt >= s.running->prompt().size()) {
+                stop_running(s, FinishReason::length);
+                save_before_losing(s, 0);
+                clear_sequence(s);
+            } else {
+                clear_sequence(s);
+                stop_running(s, FinishReason::error,
+                             Error{ErrorCode::context_overflow,
+                                   "the KV cache is full: no room for this request's prompt",
+                                   fmt::format("n_ctx={}", state_.n_ctx())});
+            }
+            if (yielding != stuck) return process_rows(begin, end);
         }
         return;
     }

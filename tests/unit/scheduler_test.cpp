@@ -391,6 +391,23 @@ TEST(Scheduler, KvPressureEvictsPlainIdleSequencesBeforeSessionsOldestFirst) {
     }
 }
 
+TEST(Scheduler, WhenNoCellIsLeftTheLongestRunningRequestYields) {
+    Scheduler scheduler(options());
+    // Slot 0 is stuck with 20 cells; slot 1 runs with 900, slot 2 with 300, slot 3 is idle with
+    // 2000 (idle sequences are evicted before this is asked).
+    Slots slots({{tokens(1, 20), 0s, "", "", true},
+                 {tokens(1, 900), 0s, "", "", true},
+                 {tokens(1, 300), 0s, "", "", true},
+                 {tokens(1, 2000), 0s}});
+    EXPECT_EQ(scheduler.yielding_request(slots.views, 0), 1);
+    EXPECT_EQ(scheduler.yielding_request(slots.views, 2), 1);
+    EXPECT_EQ(scheduler.yielding_request(slots.views, 1), 1);
+    // A tie: the stuck request itself.
+    Slots tie({{tokens(1, 50), 0s, "", "", true}, {tokens(1, 50), 0s, "", "", true}});
+    EXPECT_EQ(scheduler.yielding_request(tie.views, 0), 0);
+    EXPECT_EQ(scheduler.yielding_request(tie.views, 1), 1);
+}
+
 // ---- KV store saves ---------------------------------------------------------------------------
 
 SchedulerOptions saving(bool any_prefix_restores, SavePolicy policy = {}) {
