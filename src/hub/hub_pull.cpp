@@ -59,7 +59,8 @@ class ProgressRelay final : public common_download_callback {
     const std::map<std::string, std::string> path_of_url_;
 };
 
-// Fails closed: no digest, another size or other bytes delete the download.
+// Fails closed: no digest, another size or other bytes delete the download. A file that cannot
+// be read (EIO) is kept: its bytes may be right, and the next pull checks them again.
 Result<void> verify(const HubFile& expected, const fs::path& blob) {
     std::error_code ec;
     const auto size = fs::file_size(blob, ec);
@@ -68,6 +69,12 @@ Result<void> verify(const HubFile& expected, const fs::path& blob) {
         digest = file_sha256(blob);
     else if (expected.digest.size() == 40)
         digest = detail::file_git_blob_id(blob);
+    if (!digest && digest.error().code == ErrorCode::io_error)
+        return fail(ErrorCode::io_error,
+                    fmt::format("cannot read the download to check its digest ({}); it is kept "
+                                "for the next pull to check again",
+                                digest.error().describe()),
+                    expected.path);
     std::string why;
     if (ec)
         why = "the download is missing";
@@ -111,6 +118,28 @@ Result<void> check_space(std::uint64_t need, const fs::path& dir) {
     return fail(ErrorCode::io_error,
                 fmt::format("the download needs {} more and the disk has {} free", mebibytes(need),
                             mebibytes(space.available)),
+                dir.string());
+}
+
+// A cache that cannot take a write (a full or read-only disk) fails a pull before it starts, with
+// the disk's reason: otherwise the first write it breaks, llama.cpp's cache listing, would be
+// reported as a listing that changed.
+Result<void> check_writable(const fs::path& dir) {
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    const fs::path probe = dir / fmt::format(".llamapp-write-probe-{}", ::getpid());
+    const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    std::optional<std::string> why;
+    if (fd < 0) {
+        why = std::strerror(errno);
+    } else {
+        const char byte = 0;
+        if (::write(fd, &byte, 1) != 1) why = std::strerror(errno);
+        ::close(fd);
+        fs::remove(probe, ec);
+    }
+    if (!why) return {};
+    return fail(ErrorCode::io_error, fmt::format("cannot write to the hub cache: {}", *why),
                 dir.string());
 }
 
@@ -290,6 +319,7 @@ HubOptions hub_options_from_environment() {
 
 Result<PulledModel> hub_pull(const HubRef& ref, const HubOptions& options) {
     if (options.offline) return pull_from_cache(ref);
+    if (auto ok = check_writable(hub_cache_dir()); !ok) return std::unexpected(ok.error());
     auto listing = hub_list_files(ref.repo, options);
     if (!listing) return std::unexpected(listing.error());
     auto chosen = hub_choose_file(ref, *listing);

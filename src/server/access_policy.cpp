@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cctype>
 
+#include "llamapp/fingerprint.hpp"
+
 namespace llamapp::detail {
 
 namespace {
@@ -47,6 +49,19 @@ bool json_type(std::string_view content_type) {
 }
 
 }  // namespace
+
+std::vector<std::string> key_digests(const std::vector<std::string>& keys) {
+    std::vector<std::string> out;
+    for (const std::string& key : keys) {
+        const std::string_view hex =
+            std::string_view(key).substr(std::min<std::size_t>(7, key.size()));
+        const bool hashed = key.starts_with("sha256:") && hex.size() == 64 &&
+                            hex.find_first_not_of("0123456789abcdefABCDEF") == std::string::npos;
+        std::string digest = hashed ? std::string(hex) : sha256_hex(key);
+        out.push_back(lower(digest));
+    }
+    return out;
+}
 
 bool loopback_name(std::string_view host) {
     const std::string name = lower(host);

@@ -21,6 +21,10 @@ bool loopback_name(std::string_view host);
 // (RFC 9110, 11.1); empty when it is another scheme or has no token.
 std::string bearer_token(std::string_view authorization);
 
+// The SHA-256 digests (lower-case hex) that requests' API keys are compared with: a key's, or
+// the digest itself when given as "sha256:<64 hex>" (a key file need not hold the key).
+std::vector<std::string> key_digests(const std::vector<std::string>& keys);
+
 // Model loads and pulls, deletions, copies, cache and slot actions: what changes the server for
 // every client rather than answering one.
 bool operator_route(const std::string& method, const std::string& path);

@@ -171,21 +171,6 @@ void ServerState::send_error(const httplib::Request& req, httplib::Response& res
     res.set_content(dump(body), "application/json");
 }
 
-std::vector<std::string> key_digests(const std::vector<std::string>& keys) {
-    std::vector<std::string> out;
-    for (const std::string& key : keys) {
-        const std::string_view hex =
-            std::string_view(key).substr(std::min<std::size_t>(7, key.size()));
-        const bool hashed = key.starts_with("sha256:") && hex.size() == 64 &&
-                            hex.find_first_not_of("0123456789abcdefABCDEF") == std::string::npos;
-        std::string digest = hashed ? std::string(hex) : sha256_hex(key);
-        std::transform(digest.begin(), digest.end(), digest.begin(),
-                       [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-        out.push_back(std::move(digest));
-    }
-    return out;
-}
-
 bool ServerState::authorized(const httplib::Request& req) const {
     if (api_key_digests.empty()) return true;
     // Authorization: Bearer KEY, or Anthropic's (and llama-server's) X-Api-Key: KEY.

@@ -50,9 +50,6 @@ class StreamFormat {
 
 struct ServerState;
 
-// The API keys' digests (ServerState::api_key_digests).
-std::vector<std::string> key_digests(const std::vector<std::string>& keys);
-
 // Vectors of a request's inputs (dimensions applied), for the embedding routes' shapes.
 struct ComputedEmbeddings {
     std::vector<std::vector<float>> vectors;

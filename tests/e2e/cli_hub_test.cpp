@@ -2,15 +2,18 @@
 // serve -hf, offline use and rm, each as a user types it.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <mutex>
 #include <regex>
 #include <string>
 #include <thread>
 
+#include "llamapp/fingerprint.hpp"
 #include "support/command.hpp"
 #include "support/eventually.hpp"
 #include "support/fake_hub.hpp"
@@ -178,6 +181,54 @@ TEST_F(CliHub, ADiskThatFillsUpDuringAPullPublishesNothingAndThePullResumes) {
     ASSERT_EQ(pull.status, 0) << pull.out;
     EXPECT_GE(hub.range_requests, 1);
     EXPECT_NE(llamapp("ls").out.find("test/stories:stories260K-Q8_0.gguf"), std::string::npos);
+}
+
+// tests/support/fault_fs.c under the cache: a full disk, a disk that cannot be read and a slow
+// disk during pulls. Nothing wrong is ever published, and what arrived is not thrown away.
+TEST_F(CliHub, DiskFaultsDuringAPullPublishNothingWrongAndLoseNothingThatArrived) {
+    llamapp::test::TempDir control_dir;
+    const auto control = control_dir.path() / "control";
+    const std::string faulty =
+        "LD_PRELOAD=" + llamapp::test::binary("libllamapp_fault_fs.so").string() +
+        " LLAMAPP_FAULT_DIR=" + cache.path().string() +
+        " LLAMAPP_FAULT_CONTROL=" + control.string() +
+        " ASAN_OPTIONS=\"$ASAN_OPTIONS:verify_asan_link_order=0\"";
+    auto set = [&](const std::string& fault) { std::ofstream(control) << fault; };
+    auto listed = [&] {
+        return llamapp("ls").out.find("test/stories:stories260K-Q8_0.gguf") != std::string::npos;
+    };
+
+    set("enospc");
+    auto full = llamapp("pull test/stories:Q8_0", true, faulty);
+    EXPECT_NE(full.status, 0) << full.out;
+    EXPECT_NE(full.out.find("[io_error]"), std::string::npos) << full.out;
+    EXPECT_NE(full.out.find("No space left on device"), std::string::npos) << full.out;
+    EXPECT_FALSE(listed());
+
+    // The bytes arrive, but the digest check cannot read them: kept, not deleted, not published.
+    set("eio");
+    auto unreadable = llamapp("pull test/stories:Q8_0", true, faulty);
+    EXPECT_NE(unreadable.status, 0) << unreadable.out;
+    EXPECT_NE(unreadable.out.find("cannot read the download to check its digest"),
+              std::string::npos)
+        << unreadable.out;
+    EXPECT_FALSE(listed());
+    const auto model = llamapp::test::shared_model("stories260K.gguf");
+    std::uintmax_t kept = 0;
+    for (const auto& e : std::filesystem::recursive_directory_iterator(cache.path()))
+        if (e.is_regular_file()) kept = std::max(kept, e.file_size());
+    EXPECT_EQ(kept, std::filesystem::file_size(model));
+
+    set("slow 2");
+    const int requests_before = hub.file_requests;
+    auto slow = llamapp("pull test/stories:Q8_0", true, faulty);
+    ASSERT_EQ(slow.status, 0) << slow.out;
+    EXPECT_TRUE(listed());
+    for (const auto& e : std::filesystem::recursive_directory_iterator(cache.path()))
+        if (e.path().filename() == "stories260K-Q8_0.gguf") {
+            EXPECT_EQ(*llamapp::file_sha256(e.path()), *llamapp::file_sha256(model));
+        }
+    EXPECT_LE(hub.file_requests - requests_before, 1);  // at most a check of the range
 }
 
 TEST_F(CliHub, FailuresAreOneTypedLine) {

@@ -5,16 +5,18 @@
 //   enospc             every write fails with ENOSPC (a full disk)
 //   eio                every read fails with EIO (a bad sector)
 //   slow N             every read and write first waits N ms (a slow disk)
-// Only open/openat, close, write, pwrite, read, pread (and their 64 forms) and fdatasync are
-// wrapped: what the KV store's entry files go through.
+// Only open/openat, fopen/fclose, close, write, writev, pwrite, read, pread (and their 64 forms)
+// and fdatasync are wrapped: what the KV store's entry files and the downloads go through.
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/types.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -28,6 +30,9 @@ typedef ssize_t (*pwrite_fn)(int, const void*, size_t, off_t);
 typedef ssize_t (*read_fn)(int, void*, size_t);
 typedef ssize_t (*pread_fn)(int, void*, size_t, off_t);
 typedef int (*int_fn)(int);
+typedef ssize_t (*writev_fn)(int, const struct iovec*, int);
+typedef FILE* (*fopen_fn)(const char*, const char*);
+typedef int (*fclose_fn)(FILE*);
 
 static void* next(const char* name) {
     return dlsym(RTLD_NEXT, name);
@@ -42,6 +47,10 @@ static int under_directory(const char* path) {
 
 static void track(int fd, const char* path) {
     if (fd >= 0 && fd < max_fds) faulty[fd] = (unsigned char)under_directory(path);
+}
+
+static void untrack(int fd) {
+    if (fd >= 0 && fd < max_fds) faulty[fd] = 0;
 }
 
 // The fault now in force for `fd`: 'n' none, 'w' ENOSPC, 'r' EIO, 's' slow (*ms set).
@@ -99,44 +108,66 @@ static mode_t mode_of(int flags, va_list args) {
     return ((flags & O_CREAT) || (flags & O_TMPFILE) == O_TMPFILE) ? (mode_t)va_arg(args, int) : 0;
 }
 
-int open(const char* path, int flags, ...) {
-    va_list args;
-    va_start(args, flags);
-    const mode_t mode = mode_of(flags, args);
-    va_end(args);
-    const int fd = ((open_fn)next("open"))(path, flags, mode);
+// Declares `mode`: the optional third argument of open, open64 and openat.
+#define MODE_FROM_VARARGS(flags)              \
+    va_list args;                             \
+    va_start(args, flags);                    \
+    const mode_t mode = mode_of(flags, args); \
+    va_end(args)
+
+static int tracked(int fd, const char* path) {
     track(fd, path);
     return fd;
+}
+
+int open(const char* path, int flags, ...) {
+    MODE_FROM_VARARGS(flags);
+    return tracked(((open_fn)next("open"))(path, flags, mode), path);
 }
 
 int open64(const char* path, int flags, ...) {
-    va_list args;
-    va_start(args, flags);
-    const mode_t mode = mode_of(flags, args);
-    va_end(args);
-    const int fd = ((open_fn)next("open64"))(path, flags, mode);
-    track(fd, path);
-    return fd;
+    MODE_FROM_VARARGS(flags);
+    return tracked(((open_fn)next("open64"))(path, flags, mode), path);
 }
 
 int openat(int dirfd, const char* path, int flags, ...) {
-    va_list args;
-    va_start(args, flags);
-    const mode_t mode = mode_of(flags, args);
-    va_end(args);
-    const int fd = ((openat_fn)next("openat"))(dirfd, path, flags, mode);
-    track(fd, path);
-    return fd;
+    MODE_FROM_VARARGS(flags);
+    return tracked(((openat_fn)next("openat"))(dirfd, path, flags, mode), path);
+}
+
+// std::fstream opens through fopen (whose own open is not interposed), then reads and writes its
+// descriptor with read, write and writev: the downloads go that way.
+static FILE* tracked_file(FILE* f, const char* path) {
+    if (f) track(fileno(f), path);
+    return f;
+}
+
+FILE* fopen(const char* path, const char* how) {
+    return tracked_file(((fopen_fn)next("fopen"))(path, how), path);
+}
+
+FILE* fopen64(const char* path, const char* how) {
+    return tracked_file(((fopen_fn)next("fopen64"))(path, how), path);
+}
+
+int fclose(FILE* f) {
+    if (f) untrack(fileno(f));
+    return ((fclose_fn)next("fclose"))(f);
 }
 
 int close(int fd) {
-    if (fd >= 0 && fd < max_fds) faulty[fd] = 0;
+    untrack(fd);
     return ((int_fn)next("close"))(fd);
 }
 
 ssize_t write(int fd, const void* p, size_t n) {
     if (before(fd, 1) != 0) return -1;
     return ((write_fn)next("write"))(fd, p, n);
+}
+
+ssize_t writev(int fd, const struct iovec* v, int n) {
+    if (before(fd, 1) != 0) return -1;
+    return ((writev_fn)next("writev"))(fd, v, n);
 }
 
 ssize_t pwrite(int fd, const void* p, size_t n, off_t at) {

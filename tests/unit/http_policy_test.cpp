@@ -2,6 +2,9 @@
 // which Host, Origin, Content-Type and Authorization headers a request may carry.
 #include <gtest/gtest.h>
 
+#include <cctype>
+
+#include "llamapp/fingerprint.hpp"
 #include "server/access_policy.hpp"
 #include "server/connection.hpp"
 
@@ -65,6 +68,18 @@ TEST(HttpPolicy, BearerIsCaseInsensitive) {
     EXPECT_EQ(bearer_token("Bearer"), "");
     EXPECT_EQ(bearer_token("Bearer   "), "");
     EXPECT_EQ(bearer_token("Basic abc"), "");
+}
+
+TEST(HttpPolicy, KeysAreHeldAsDigestsAndADigestMayStandForItsKey) {
+    const std::string abc = "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad";
+    std::string upper = abc;
+    for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    const auto digests = key_digests({"abc", "sha256:" + upper, "sha256:abc"});
+    ASSERT_EQ(digests.size(), 3u);
+    EXPECT_EQ(digests[0], abc);
+    EXPECT_EQ(digests[1], abc);  // the digest given, in lower case
+    EXPECT_EQ(digests[2],
+              llamapp::sha256_hex("sha256:abc"));  // not 64 hex digits: a key like any other
 }
 
 TEST(HttpPolicy, LoopbackNames) {
