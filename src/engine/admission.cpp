@@ -48,6 +48,8 @@ RequestView EngineCore::request_view(const Pending& pending) const {
 }
 
 void EngineCore::admit() {
+    // A request paused under KV pressure waits for room that new work would take.
+    if (any_paused()) return;
     for (auto it = queue_.begin(); it != queue_.end();) {
         const bool any_idle =
             std::any_of(slots_.begin(), slots_.end(), [](const Slot& s) { return !s.running; });

@@ -307,9 +307,9 @@ void EngineCore::emit_prompt_progress(Running& running) {
 Progress EngineCore::progress_of(Running& r) const {
     const Generation& g = r.reply().result();
     Progress p;
-    p.prompt_tokens = static_cast<int>(r.prompt().size());
+    p.prompt_tokens = static_cast<int>(r.pending->request.prompt.size());
     p.cached_tokens = r.cache.reused_tokens;
-    p.processed_tokens = static_cast<int>(r.next_prompt);
+    p.processed_tokens = r.resumed.empty() ? static_cast<int>(r.next_prompt) : p.prompt_tokens;
     p.completion_tokens = g.usage.completion_tokens;
     const auto first = r.reply().first_token_at();
     const auto now = Clock::now();

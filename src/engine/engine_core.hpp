@@ -43,8 +43,17 @@ struct Running {
     int draft_accepted = 0;
     int draft_wait = 0;
     int draft_backoff = 1;
+    // Paused under KV pressure (EngineCore::pause): the sequence holds nothing and no rows are
+    // planned until there is room again. `resumed` then stands in for the prompt: the prompt,
+    // the reply's tokens and the last one sampled, computed again from the start; sampling after
+    // its last token carries the reply on.
+    bool paused = false;
+    std::vector<Token> resumed;
 
-    const std::vector<Token>& prompt() const { return pending->request.prompt; }
+    // The tokens to compute before the next sample: the prompt, or `resumed` after a pause.
+    const std::vector<Token>& prompt() const {
+        return resumed.empty() ? pending->request.prompt : resumed;
+    }
     Reply& reply() { return *pending->reply; }
 };
 
@@ -149,6 +158,16 @@ class EngineCore {
     void process_rows(std::size_t begin, std::size_t end);
     void commit_rows(std::size_t begin, std::size_t end);
     bool free_one_idle_sequence();
+    // KV pressure with one token that cannot fit: the request holding the most cells gives them
+    // up. One that fits the context alone pauses; otherwise its reply ends (length), or, before
+    // it has one, it fails. Returns the slot that gave its cells up.
+    int give_cells_up(int stuck);
+    bool can_pause(const Slot& slot) const;
+    void pause(Slot& slot);
+    // Paused requests start again, oldest first, while what they still need fits beside what the
+    // running ones hold (any one does when nothing else runs).
+    void resume_paused();
+    bool any_paused() const;
     bool drop_drafts(std::size_t begin, std::size_t end);  // false when there were none
     // Samples output `batch_index` for the slot's request and streams the piece; true when the
     // reply is finished (the caller completes it).

@@ -47,6 +47,11 @@ Result<EngineMetrics> EngineMetrics::create(std::shared_ptr<MetricsRegistry> reg
     keep(r.counter("llamapp_kv_pressure_total", "Decode calls that found no room in the KV cache",
                    labels),
          m.kv_pressure);
+    keep(r.counter("llamapp_kv_paused_total",
+                   "Running requests that gave their KV cells up under pressure and waited to "
+                   "compute them again",
+                   labels),
+         m.paused);
     keep(r.counter("llamapp_draft_tokens_total",
                    "Tokens proposed by prompt-lookup speculation and decoded as drafts", labels),
          m.draft_tokens);
@@ -54,17 +59,15 @@ Result<EngineMetrics> EngineMetrics::create(std::shared_ptr<MetricsRegistry> reg
                    "Drafted tokens that the sampler confirmed", labels),
          m.draft_accepted);
     const std::string reuse_help = "Admitted requests by where their prompt prefix came from";
-    keep(r.counter("llamapp_prefix_reuse_total", reuse_help, with_label(labels, "source", "none")),
-         m.reuse_none);
-    keep(r.counter("llamapp_prefix_reuse_total", reuse_help,
-                   with_label(labels, "source", "same_slot")),
-         m.reuse_same);
-    keep(r.counter("llamapp_prefix_reuse_total", reuse_help,
-                   with_label(labels, "source", "other_slot")),
-         m.reuse_other);
-    keep(
-        r.counter("llamapp_prefix_reuse_total", reuse_help, with_label(labels, "source", "stored")),
-        m.reuse_stored);
+    auto reuse = [&](const char* source, Counter*& into) {
+        keep(r.counter("llamapp_prefix_reuse_total", reuse_help,
+                       with_label(labels, "source", source)),
+             into);
+    };
+    reuse("none", m.reuse_none);
+    reuse("same_slot", m.reuse_same);
+    reuse("other_slot", m.reuse_other);
+    reuse("stored", m.reuse_stored);
     keep(r.gauge("llamapp_kv_cache_tokens",
                  "Tokens held in the KV cache over all sequences (shared cells count per sequence)",
                  labels),
@@ -115,14 +118,12 @@ Result<LlamaServerMetrics> LlamaServerMetrics::create(MetricsRegistry& r) {
     keep(r.counter("llamacpp:spec_decode_num_accepted_tokens_total",
                    "Number of draft tokens accepted."),
          m.draft_accepted);
-    keep(r.counter("llamacpp:spec_decode_num_drafts_total", "Number of drafts decoded."),
-         m.drafts);
+    keep(r.counter("llamacpp:spec_decode_num_drafts_total", "Number of drafts decoded."), m.drafts);
     keep(r.gauge("llamacpp:prompt_tokens_seconds", "Average prompt throughput in tokens/s."),
          m.prompt_rate);
     keep(r.gauge("llamacpp:predicted_tokens_seconds", "Average generation throughput in tokens/s."),
          m.predicted_rate);
-    keep(r.gauge("llamacpp:requests_processing", "Number of requests processing."),
-         m.processing);
+    keep(r.gauge("llamacpp:requests_processing", "Number of requests processing."), m.processing);
     keep(r.gauge("llamacpp:requests_deferred", "Number of requests deferred."), m.deferred);
     keep(r.gauge("llamacpp:n_busy_slots_per_decode",
                  "Average number of busy slots per llama_decode() call"),

@@ -15,6 +15,7 @@ double seconds(Reply::Clock::duration d) {
 }  // namespace
 
 void EngineCore::tick() {
+    resume_paused();
     plan_rows();
     if (rows_.empty()) return;
     if (scheduler_.options().separate_prompt_rows) {
@@ -34,7 +35,7 @@ void EngineCore::tick() {
 std::span<const StreamView> EngineCore::stream_views() {
     stream_views_.clear();  // reused every step: no allocation on the decode loop
     for (const Slot& s : slots_) {
-        if (!s.running) continue;
+        if (!s.running || s.running->paused) continue;
         const Running& r = *s.running;
         const GenerateOptions& options = r.pending->reply->options();
         stream_views_.push_back(
@@ -60,11 +61,11 @@ void EngineCore::plan_rows() {
 
 // A row still takes part in the step: it is not a draft dropped for room, and it still belongs
 // to the request it was planned for (a failure earlier in this step may have ended that
-// request). Halving a batch can leave a dropped draft beside other rows, and its request must
-// not be failed or rewound for their sake.
+// request), which has not paused since. Halving a batch can leave a dropped draft beside other
+// rows, and its request must not be failed or rewound for their sake.
 bool EngineCore::live(const Row& row) const {
     const Slot& s = slots_[static_cast<std::size_t>(row.slot)];
-    return !row.dropped && s.running && s.running->pending->id == row.request;
+    return !row.dropped && s.running && !s.running->paused && s.running->pending->id == row.request;
 }
 
 void EngineCore::process_rows(std::size_t begin, std::size_t end) {
@@ -112,25 +113,10 @@ void EngineCore::process_rows(std::size_t begin, std::size_t end) {
             process_rows(mid, end);
             return;
         }
-        // One token that cannot fit: the request holding the most cells gives them up. A reply
-        // ends as if its context were full; a prompt not yet cached cannot be answered.
         for (std::size_t i = begin; i < end; ++i) {
             if (!live(rows_[i])) continue;
             const int stuck = rows_[i].slot;
-            const int yielding = scheduler_.yielding_request(slot_views(), stuck);
-            Slot& s = slots_[static_cast<std::size_t>(yielding)];
-            if (s.running->next_prompt >= s.running->prompt().size()) {
-                stop_running(s, FinishReason::length);
-                save_before_losing(s, 0);
-                clear_sequence(s);
-            } else {
-                clear_sequence(s);
-                stop_running(s, FinishReason::error,
-                             Error{ErrorCode::context_overflow,
-                                   "the KV cache is full: no room for this request's prompt",
-                                   fmt::format("n_ctx={}", state_.n_ctx())});
-            }
-            if (yielding != stuck) return process_rows(begin, end);
+            if (give_cells_up(stuck) != stuck) return process_rows(begin, end);
         }
         return;
     }
@@ -159,6 +145,91 @@ void EngineCore::rollback(std::size_t begin, std::size_t end, const Error& error
             else
                 stop_running(s, FinishReason::error, error);
         }
+    }
+}
+
+int EngineCore::give_cells_up(int stuck) {
+    const int yielding = scheduler_.yielding_request(slot_views(), stuck);
+    Slot& s = slots_[static_cast<std::size_t>(yielding)];
+    if (can_pause(s)) {
+        pause(s);
+    } else if (s.running->reply().result().usage.completion_tokens > 0) {
+        stop_running(s, FinishReason::length);  // as if its context were full
+        save_before_losing(s, 0);
+        clear_sequence(s);
+    } else {
+        clear_sequence(s);
+        stop_running(s, FinishReason::error,
+                     Error{ErrorCode::context_overflow,
+                           "the KV cache is full: no room for this request's prompt",
+                           fmt::format("n_ctx={}", state_.n_ctx())});
+    }
+    return yielding;
+}
+
+// Pausing helps only where the slots share the cells (a slot's own cells are not anybody
+// else's room), when the request has an end that fits the context alone (a reply without
+// max_tokens would take all of it again), and while another running request will give the
+// cells back.
+bool EngineCore::can_pause(const Slot& slot) const {
+    const Running& r = *slot.running;
+    const int max_tokens = r.pending->reply->options().max_tokens;
+    if (n_ctx_seq_ != state_.n_ctx() || max_tokens <= 0) return false;
+    if (r.pending->request.prompt.size() + static_cast<std::size_t>(max_tokens) >
+        static_cast<std::size_t>(n_ctx_seq_))
+        return false;
+    return std::any_of(slots_.begin(), slots_.end(), [&](const Slot& other) {
+        return &other != &slot && other.running && !other.running->paused;
+    });
+}
+
+void EngineCore::pause(Slot& slot) {
+    Running& r = *slot.running;
+    if (r.to_decode != no_token) {  // a reply: all the sequence held, and the token to feed back
+        r.resumed = slot.cached;
+        r.resumed.push_back(std::exchange(r.to_decode, no_token));
+    }  // else still computing its prompt (or what it resumed with): it starts that again
+    save_before_losing(slot, 0);
+    clear_sequence(slot);
+    r.next_prompt = 0;
+    r.save_at = 0;
+    r.paused = true;
+    metrics_.paused->inc();
+    log(LogLevel::debug, "engine: request {} pauses under KV pressure ({} tokens to compute again)",
+        r.pending->id, r.prompt().size());
+}
+
+bool EngineCore::any_paused() const {
+    return std::any_of(slots_.begin(), slots_.end(),
+                       [](const Slot& s) { return s.running && s.running->paused; });
+}
+
+void EngineCore::resume_paused() {
+    if (!any_paused()) return;
+    std::size_t held = 0;
+    bool others = false;
+    std::vector<Slot*> paused;
+    for (Slot& s : slots_) {
+        if (!s.running) continue;
+        if (s.running->paused) {
+            paused.push_back(&s);
+        } else {
+            held += s.cached.size();
+            others = true;
+        }
+    }
+    std::sort(paused.begin(), paused.end(), [](const Slot* a, const Slot* b) {
+        return a->running->admitted < b->running->admitted;
+    });
+    for (Slot* s : paused) {
+        Running& r = *s->running;
+        const int left =
+            r.pending->reply->options().max_tokens - r.reply().result().usage.completion_tokens;
+        const std::size_t need = r.prompt().size() + static_cast<std::size_t>(std::max(left, 0));
+        if (others && held + need > static_cast<std::size_t>(state_.n_ctx())) break;
+        r.paused = false;
+        held += need;
+        others = true;
     }
 }
 
@@ -197,7 +268,7 @@ void EngineCore::commit_rows(std::size_t begin, std::size_t end) {
             ++r.next_prompt;
             // At the end of this step's chunk of the prompt (the last prompt token has logits);
             // nothing is looked at for a request that did not ask for progress.
-            if (r.pending->request.report_progress &&
+            if (r.pending->request.report_progress && r.resumed.empty() &&
                 (row.logits || i + 1 == end || rows_[i + 1].slot != row.slot ||
                  rows_[i + 1].decode))
                 emit_prompt_progress(r);

@@ -153,7 +153,10 @@ TEST(Engine, BadRequestsAreRejectedAndTheEngineKeepsServing) {
         4);
 }
 
-TEST(Engine, KvPressureEndsTheLongestRepliesEarlyInsteadOfFailingAnyone) {
+// llama-server's test_completion_unified: requests that each fit the shared cache alone all
+// finish whole, however they overlap. The one holding the most cells pauses and computes them
+// again once there is room (its reply had been cut short, or failed, before).
+TEST(Engine, KvPressurePausesTheLongestReplyAndEveryRequestFinishesWhole) {
     const Model& m = test::stories_model();
     // 256 cells shared by 4 slots, each wanting about 150.
     Engine e = engine(options(4, 256));
@@ -161,24 +164,45 @@ TEST(Engine, KvPressureEndsTheLongestRepliesEarlyInsteadOfFailingAnyone) {
     std::vector<EngineRequest> four;
     for (int i = 0; i < 4; ++i) four.push_back(request(encode(m, kPrompts[i]), 140));
     auto handles = *e.submit_all(std::move(four));
-    int complete = 0, cut_short = 0;
     for (auto& h : handles) {
         auto d = drain(h);
         EXPECT_EQ(d.finals, 1);
         const auto& g = d.completion.generation;
         EXPECT_EQ(g.finish_reason, FinishReason::length);
         EXPECT_FALSE(g.error);
-        if (g.usage.completion_tokens == 140)
-            ++complete;
-        else
-            ++cut_short;
+        EXPECT_EQ(g.usage.completion_tokens, 140);
     }
-    EXPECT_GE(complete, 1);
-    EXPECT_GT(cut_short, 0);
+    const std::string text = e.metrics().prometheus_text();
+    EXPECT_GT(series_value(text, "llamapp_kv_paused_total"), 0) << text;
     // Cached sequences are evicted for new work instead of failing it.
     for (int i = 0; i < 3; ++i) {
         auto d = drain(*e.submit(request(encode(m, kPrompts[4 + i]), 100)));
         EXPECT_EQ(d.completion.generation.finish_reason, FinishReason::length);
+    }
+    EXPECT_TRUE(test::eventually([&] { return e.stats().busy_slots == 0; }));
+}
+
+// A paused request still belongs to its caller: a cancel ends it while it waits for room, and
+// the requests that were not cancelled still finish whole.
+TEST(Engine, APausedRequestEndsWhenCancelledAndTheOthersFinishWhole) {
+    const Model& m = test::stories_model();
+    Engine e = engine(options(4, 256));
+    std::vector<EngineRequest> four;
+    for (int i = 0; i < 4; ++i) four.push_back(request(encode(m, kPrompts[i]), 140));
+    auto handles = *e.submit_all(std::move(four));
+    ASSERT_TRUE(test::eventually([&] {
+        return series_value(e.metrics().prometheus_text(), "llamapp_kv_paused_total") > 0;
+    }));
+    handles[0].cancel();
+    handles[3].cancel();
+    for (std::size_t i = 0; i < handles.size(); ++i) {
+        auto d = drain(handles[i]);
+        EXPECT_EQ(d.finals, 1);
+        const auto& g = d.completion.generation;
+        EXPECT_FALSE(g.error);
+        if (i == 1 || i == 2) {
+            EXPECT_EQ(g.usage.completion_tokens, 140);
+        }
     }
     EXPECT_TRUE(test::eventually([&] { return e.stats().busy_slots == 0; }));
 }
