@@ -33,6 +33,18 @@ std::span<const SlotView> EngineCore::slot_views() {
         v.prompt =
             s.running ? std::span<const Token>(s.running->prompt()) : std::span<const Token>{};
         v.prompt_cached = s.running ? s.running->next_prompt : 0;
+        v.paused = s.running && s.running->paused;
+        v.most_cells = 0;
+        v.cells_to_finish = 0;
+        if (!s.running) continue;
+        const Running& r = *s.running;
+        v.admitted = r.admitted;
+        const int max_tokens = r.pending->reply->options().max_tokens;
+        if (max_tokens <= 0) continue;
+        const int generated = r.pending->reply->result().usage.completion_tokens;
+        v.most_cells = r.pending->request.prompt.size() + static_cast<std::size_t>(max_tokens);
+        v.cells_to_finish =
+            r.prompt().size() + static_cast<std::size_t>(std::max(max_tokens - generated, 0));
     }
     return slot_views_;
 }

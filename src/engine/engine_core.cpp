@@ -25,6 +25,7 @@ SchedulerOptions scheduler_options(const EngineOptions& options, const ReuseMode
     s.min_adopt_tokens = options.min_adopt_tokens;
     s.n_batch = state.n_batch();
     s.n_ctx_seq = state.n_ctx_seq();
+    s.n_cells = state.n_ctx();
     s.prefill_chunk = options.prefill_chunk;
     // The slow path is the CPU backend's flash attention; GPUs and plain attention differ.
     const bool cpu_fa = cpu_flash_attention(options);

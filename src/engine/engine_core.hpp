@@ -158,15 +158,12 @@ class EngineCore {
     void process_rows(std::size_t begin, std::size_t end);
     void commit_rows(std::size_t begin, std::size_t end);
     bool free_one_idle_sequence();
-    // KV pressure with one token that cannot fit: the request holding the most cells gives them
-    // up. One that fits the context alone pauses; otherwise its reply ends (length), or, before
-    // it has one, it fails. Returns the slot that gave its cells up.
+    // KV pressure with one token that cannot fit: the request the scheduler picks gives its
+    // cells up. It pauses (Scheduler::pauses), or its reply ends (length), or, before it has
+    // one, it fails. Returns that request's slot.
     int give_cells_up(int stuck);
-    bool can_pause(const Slot& slot) const;
     void pause(Slot& slot);
-    // Paused requests start again, oldest first, while what they still need fits beside what the
-    // running ones hold (any one does when nothing else runs).
-    void resume_paused();
+    void resume_paused();  // Scheduler::resuming
     bool any_paused() const;
     bool drop_drafts(std::size_t begin, std::size_t end);  // false when there were none
     // Samples output `batch_index` for the slot's request and streams the piece; true when the
@@ -242,6 +239,7 @@ class EngineCore {
     std::vector<Row>& rows_ = plan_.rows;
     std::vector<SlotView> slot_views_;
     std::vector<StreamView> stream_views_;
+    std::vector<int> resuming_;
     LlamaBatch batch_;
 
     std::atomic<int> busy_slots_{0};

@@ -166,6 +166,43 @@ int Scheduler::yielding_request(std::span<const SlotView> slots, int stuck) cons
     return longest;
 }
 
+bool Scheduler::pauses(std::span<const SlotView> slots, int yielding) const {
+    const SlotView& y = slots[static_cast<std::size_t>(yielding)];
+    if (options_.n_cells != options_.n_ctx_seq || y.most_cells == 0 ||
+        y.most_cells > static_cast<std::size_t>(options_.n_ctx_seq))
+        return false;
+    return std::any_of(slots.begin(), slots.end(), [&](const SlotView& other) {
+        return other.seq != yielding && other.running && !other.paused;
+    });
+}
+
+void Scheduler::resuming(std::span<const SlotView> slots, std::vector<int>& out) const {
+    out.clear();
+    std::size_t held = 0;
+    bool others = false;
+    for (const SlotView& s : slots) {
+        if (!s.running) continue;
+        if (s.paused)
+            out.push_back(s.seq);
+        else
+            held += s.cached.size();
+        others = others || !s.paused;
+    }
+    std::sort(out.begin(), out.end(), [&](int a, int b) {
+        return slots[static_cast<std::size_t>(a)].admitted <
+               slots[static_cast<std::size_t>(b)].admitted;
+    });
+    std::size_t starting = 0;
+    for (int seq : out) {
+        const std::size_t need = slots[static_cast<std::size_t>(seq)].cells_to_finish;
+        if (others && held + need > static_cast<std::size_t>(options_.n_cells)) break;
+        held += need;
+        others = true;
+        ++starting;
+    }
+    out.resize(starting);
+}
+
 std::optional<int> Scheduler::fork_target(std::span<const SlotView> slots, int source) const {
     for (bool sessions : {false, true}) {
         auto target = least_recently_used(slots, [&](const SlotView& s) {

@@ -37,6 +37,14 @@ struct SlotView {
     // While running: the request's prompt and how much of it is cached.
     std::span<const Token> prompt;
     std::size_t prompt_cached = 0;
+    // While running: when it was admitted; the cells it holds at most, once its reply reaches
+    // max_tokens (0: no max_tokens); what it needs to finish from here, its `prompt` (the tokens
+    // to compute again, after a pause) and the tokens it may still generate; and whether it
+    // waits for room, paused under KV pressure.
+    SteadyClock::time_point admitted{};
+    std::size_t most_cells = 0;
+    std::size_t cells_to_finish = 0;
+    bool paused = false;
 };
 
 // A queued request, as admission sees it.
@@ -108,6 +116,7 @@ struct SchedulerOptions {
     int min_adopt_tokens = 16;
     int n_batch = 0;
     int n_ctx_seq = 0;
+    int n_cells = 0;  // the context's cells over all sequences (= n_ctx_seq where they share)
     int prefill_chunk = 512;
     std::size_t prefill_rows = 0;  // EngineOptions::min_prefill_rows where it applies, else 0
     bool separate_prompt_rows = false;
@@ -141,6 +150,14 @@ class Scheduler {
     // request that gives its cells up, the one holding the most (`stuck` on a tie). One long
     // reply must not starve the short ones beside it.
     int yielding_request(std::span<const SlotView> slots, int stuck) const;
+    // Whether that request pauses (waits for room, then computes its cells again) rather than
+    // ending. Only where the slots share the cells (a slot's own cells are nobody else's room),
+    // for a request with an end that fits the context alone (one without max_tokens would take
+    // all of it again), and while another running request will give cells back.
+    bool pauses(std::span<const SlotView> slots, int yielding) const;
+    // The paused requests that start again now, oldest first, while what each needs to finish
+    // fits beside what the running ones hold; the oldest always when nothing else runs.
+    void resuming(std::span<const SlotView> slots, std::vector<int>& out) const;
     // Where a fork of `source` goes: an idle unpinned slot, least recently used, else an idle
     // session's (which ends).
     std::optional<int> fork_target(std::span<const SlotView> slots, int source) const;

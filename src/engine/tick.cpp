@@ -151,7 +151,7 @@ void EngineCore::rollback(std::size_t begin, std::size_t end, const Error& error
 int EngineCore::give_cells_up(int stuck) {
     const int yielding = scheduler_.yielding_request(slot_views(), stuck);
     Slot& s = slots_[static_cast<std::size_t>(yielding)];
-    if (can_pause(s)) {
+    if (scheduler_.pauses(slot_views(), yielding)) {
         pause(s);
     } else if (s.running->reply().result().usage.completion_tokens > 0) {
         stop_running(s, FinishReason::length);  // as if its context were full
@@ -165,22 +165,6 @@ int EngineCore::give_cells_up(int stuck) {
                            fmt::format("n_ctx={}", state_.n_ctx())});
     }
     return yielding;
-}
-
-// Pausing helps only where the slots share the cells (a slot's own cells are not anybody
-// else's room), when the request has an end that fits the context alone (a reply without
-// max_tokens would take all of it again), and while another running request will give the
-// cells back.
-bool EngineCore::can_pause(const Slot& slot) const {
-    const Running& r = *slot.running;
-    const int max_tokens = r.pending->reply->options().max_tokens;
-    if (n_ctx_seq_ != state_.n_ctx() || max_tokens <= 0) return false;
-    if (r.pending->request.prompt.size() + static_cast<std::size_t>(max_tokens) >
-        static_cast<std::size_t>(n_ctx_seq_))
-        return false;
-    return std::any_of(slots_.begin(), slots_.end(), [&](const Slot& other) {
-        return &other != &slot && other.running && !other.running->paused;
-    });
 }
 
 void EngineCore::pause(Slot& slot) {
@@ -206,31 +190,8 @@ bool EngineCore::any_paused() const {
 
 void EngineCore::resume_paused() {
     if (!any_paused()) return;
-    std::size_t held = 0;
-    bool others = false;
-    std::vector<Slot*> paused;
-    for (Slot& s : slots_) {
-        if (!s.running) continue;
-        if (s.running->paused) {
-            paused.push_back(&s);
-        } else {
-            held += s.cached.size();
-            others = true;
-        }
-    }
-    std::sort(paused.begin(), paused.end(), [](const Slot* a, const Slot* b) {
-        return a->running->admitted < b->running->admitted;
-    });
-    for (Slot* s : paused) {
-        Running& r = *s->running;
-        const int left =
-            r.pending->reply->options().max_tokens - r.reply().result().usage.completion_tokens;
-        const std::size_t need = r.prompt().size() + static_cast<std::size_t>(std::max(left, 0));
-        if (others && held + need > static_cast<std::size_t>(state_.n_ctx())) break;
-        r.paused = false;
-        held += need;
-        others = true;
-    }
+    scheduler_.resuming(slot_views(), resuming_);
+    for (int seq : resuming_) slots_[static_cast<std::size_t>(seq)].running->paused = false;
 }
 
 bool EngineCore::drop_drafts(std::size_t begin, std::size_t end) {

@@ -408,6 +408,54 @@ TEST(Scheduler, WhenNoCellIsLeftTheLongestRunningRequestYields) {
     EXPECT_EQ(scheduler.yielding_request(tie.views, 1), 1);
 }
 
+TEST(Scheduler, ARequestPausesOnlyIfItFitsTheSharedCellsAloneAndAnotherWillGiveCellsBack) {
+    SchedulerOptions shared = options();
+    shared.n_cells = shared.n_ctx_seq;  // 4096, shared by the slots
+    SchedulerOptions own = options();
+    own.n_cells = 4 * own.n_ctx_seq;  // each slot its own 4096
+    Slots slots({{tokens(1, 900), 0s, "", "", true}, {tokens(1, 300), 0s, "", "", true}});
+    slots.views[0].most_cells = 1200;  // prompt and max_tokens
+    EXPECT_TRUE(Scheduler(shared).pauses(slots.views, 0));
+    EXPECT_FALSE(Scheduler(own).pauses(slots.views, 0)) << "its cells are nobody else's room";
+    slots.views[0].most_cells = 0;
+    EXPECT_FALSE(Scheduler(shared).pauses(slots.views, 0)) << "no max_tokens: would fill it again";
+    slots.views[0].most_cells = 5000;
+    EXPECT_FALSE(Scheduler(shared).pauses(slots.views, 0)) << "does not fit alone";
+    slots.views[0].most_cells = 1200;
+    slots.views[1].paused = true;
+    EXPECT_FALSE(Scheduler(shared).pauses(slots.views, 0)) << "nobody else runs to give cells back";
+}
+
+TEST(Scheduler, PausedRequestsResumeOldestFirstWhileWhatTheyNeedFits) {
+    SchedulerOptions o = options();
+    o.n_cells = 1000;
+    o.n_ctx_seq = 1000;
+    Scheduler scheduler(o);
+    // Slot 0 runs holding 700 cells; slots 1-3 are paused, slot 3 the oldest; slot 4 is idle
+    // (its cells can be evicted).
+    Slots slots({{tokens(1, 700), 0s, "", "", true},
+                 {{}, 0s, "", "", true},
+                 {{}, 0s, "", "", true},
+                 {{}, 0s, "", "", true},
+                 {tokens(1, 900), 0s}});
+    const std::size_t needs[] = {0, 300, 150, 350};
+    for (int i = 1; i <= 3; ++i) {
+        slots.views[i].paused = true;
+        slots.views[i].cells_to_finish = needs[i];
+        slots.views[i].admitted = t0 + std::chrono::seconds(10 - i);
+    }
+    std::vector<int> out;
+    scheduler.resuming(slots.views, out);
+    EXPECT_TRUE(out.empty()) << "the oldest needs 350 beside 700: it waits, and so do the younger";
+    slots.views[0].cached = std::span<const Token>(slots.specs[0].cached).first(300);
+    scheduler.resuming(slots.views, out);
+    EXPECT_EQ(out, (std::vector<int>{3, 2})) << "300 + 350 + 150 fit, 300 more does not";
+    slots.views[0].running = false;
+    slots.views[3].cells_to_finish = 5000;  // cannot be: but alone, the oldest always starts
+    scheduler.resuming(slots.views, out);
+    EXPECT_EQ(out, (std::vector<int>{3}));
+}
+
 // ---- KV store saves ---------------------------------------------------------------------------
 
 SchedulerOptions saving(bool any_prefix_restores, SavePolicy policy = {}) {
