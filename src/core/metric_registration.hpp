@@ -28,4 +28,18 @@ struct MetricRegistration {
     }
 };
 
+// The series of one counter family that differ only in the value of label `key`.
+struct CounterFamily {
+    MetricsRegistry& registry;
+    MetricRegistration& keep;
+    std::string name;
+    std::string help;
+    const Labels& labels;
+    std::string key;
+
+    void operator()(const char* value, Counter*& into) {
+        keep(registry.counter(name, help, with_label(labels, key, value)), into);
+    }
+};
+
 }  // namespace llamapp::detail

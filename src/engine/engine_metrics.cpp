@@ -22,12 +22,8 @@ Result<EngineMetrics> EngineMetrics::create(std::shared_ptr<MetricsRegistry> reg
     m.registry = registry;
     MetricsRegistry& r = *registry;
     MetricRegistration keep;
-    const std::string requests_help = "Requests finished, by outcome";
-    auto outcome = [&](const char* name, Counter*& into) {
-        keep(
-            r.counter("llamapp_requests_total", requests_help, with_label(labels, "outcome", name)),
-            into);
-    };
+    CounterFamily outcome(r, keep, "llamapp_requests_total", "Requests finished, by outcome",
+                          labels, "outcome");
     outcome("stop", m.stop);
     outcome("length", m.length);
     outcome("cancelled", m.cancelled);
@@ -58,12 +54,9 @@ Result<EngineMetrics> EngineMetrics::create(std::shared_ptr<MetricsRegistry> reg
     keep(r.counter("llamapp_draft_tokens_accepted_total",
                    "Drafted tokens that the sampler confirmed", labels),
          m.draft_accepted);
-    const std::string reuse_help = "Admitted requests by where their prompt prefix came from";
-    auto reuse = [&](const char* source, Counter*& into) {
-        keep(r.counter("llamapp_prefix_reuse_total", reuse_help,
-                       with_label(labels, "source", source)),
-             into);
-    };
+    CounterFamily reuse(r, keep, "llamapp_prefix_reuse_total",
+                        "Admitted requests by where their prompt prefix came from", labels,
+                        "source");
     reuse("none", m.reuse_none);
     reuse("same_slot", m.reuse_same);
     reuse("other_slot", m.reuse_other);

@@ -149,9 +149,10 @@ void EngineCore::rollback(std::size_t begin, std::size_t end, const Error& error
 }
 
 int EngineCore::give_cells_up(int stuck) {
-    const int yielding = scheduler_.yielding_request(slot_views(), stuck);
+    const auto views = slot_views();
+    const int yielding = scheduler_.yielding_request(views, stuck);
     Slot& s = slots_[static_cast<std::size_t>(yielding)];
-    if (scheduler_.pauses(slot_views(), yielding)) {
+    if (scheduler_.pauses(views, yielding)) {
         pause(s);
     } else if (s.running->reply().result().usage.completion_tokens > 0) {
         stop_running(s, FinishReason::length);  // as if its context were full

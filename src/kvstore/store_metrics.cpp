@@ -41,12 +41,8 @@ Result<StoreMetrics> StoreMetrics::create(std::shared_ptr<MetricsRegistry> regis
     keep(r.counter("llamapp_kvstore_restore_failures_total",
                    "Stored entries a context refused to restore", labels),
          m.restore_failures);
-    const std::string dropped_help = "Saves not taken, by reason";
-    const auto dropped = [&](const char* why, Counter*& into) {
-        keep(r.counter("llamapp_kvstore_dropped_saves_total", dropped_help,
-                       with_label(labels, "reason", why)),
-             into);
-    };
+    CounterFamily dropped(r, keep, "llamapp_kvstore_dropped_saves_total",
+                          "Saves not taken, by reason", labels, "reason");
     dropped("pool_full", m.dropped_pool_full);
     dropped("quota", m.dropped_quota);
     dropped("too_large", m.dropped_too_large);

@@ -153,17 +153,25 @@ TEST(Engine, BadRequestsAreRejectedAndTheEngineKeepsServing) {
         4);
 }
 
+namespace {
+
+// Four requests of about 150 cells each, on an engine of 4 slots sharing 256 cells; submitted
+// together, so that they run at once whatever the scheduling of this thread.
+std::vector<RequestHandle> overfill_the_cache(Engine& e, const Model& m) {
+    std::vector<EngineRequest> four;
+    for (int i = 0; i < 4; ++i) four.push_back(request(encode(m, kPrompts[i]), 140));
+    return *e.submit_all(std::move(four));
+}
+
+}  // namespace
+
 // llama-server's test_completion_unified: requests that each fit the shared cache alone all
 // finish whole, however they overlap. The one holding the most cells pauses and computes them
 // again once there is room (its reply had been cut short, or failed, before).
 TEST(Engine, KvPressurePausesTheLongestReplyAndEveryRequestFinishesWhole) {
     const Model& m = test::stories_model();
-    // 256 cells shared by 4 slots, each wanting about 150.
     Engine e = engine(options(4, 256));
-    // Together, so that they run at once whatever the scheduling of this thread.
-    std::vector<EngineRequest> four;
-    for (int i = 0; i < 4; ++i) four.push_back(request(encode(m, kPrompts[i]), 140));
-    auto handles = *e.submit_all(std::move(four));
+    auto handles = overfill_the_cache(e, m);
     for (auto& h : handles) {
         auto d = drain(h);
         EXPECT_EQ(d.finals, 1);
@@ -187,9 +195,7 @@ TEST(Engine, KvPressurePausesTheLongestReplyAndEveryRequestFinishesWhole) {
 TEST(Engine, APausedRequestEndsWhenCancelledAndTheOthersFinishWhole) {
     const Model& m = test::stories_model();
     Engine e = engine(options(4, 256));
-    std::vector<EngineRequest> four;
-    for (int i = 0; i < 4; ++i) four.push_back(request(encode(m, kPrompts[i]), 140));
-    auto handles = *e.submit_all(std::move(four));
+    auto handles = overfill_the_cache(e, m);
     ASSERT_TRUE(test::eventually([&] {
         return series_value(e.metrics().prometheus_text(), "llamapp_kv_paused_total") > 0;
     }));
