@@ -37,7 +37,14 @@ if(LLAMAPP_SHARED)
   set_target_properties(llamapp-shared PROPERTIES OUTPUT_NAME llamapp
     VERSION ${PROJECT_VERSION} SOVERSION ${PROJECT_VERSION_MAJOR}
     LIBRARY_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR}/lib)
-  target_link_libraries(llamapp-shared PRIVATE "$<LINK_LIBRARY:WHOLE_ARCHIVE,llamapp>"
+  # The layers' archives whole, by file: LINK_LIBRARY:WHOLE_ARCHIVE refuses a library that also
+  # reaches the link through another layer's interface.
+  set(_whole)
+  foreach(_layer ${LLAMAPP_LAYERS})
+    list(APPEND _whole $<TARGET_FILE:${_layer}>)
+  endforeach()
+  add_dependencies(llamapp-shared ${LLAMAPP_LAYERS})
+  target_link_libraries(llamapp-shared PRIVATE -Wl,--whole-archive ${_whole} -Wl,--no-whole-archive
     llama-common llama ggml fmt::fmt spdlog::spdlog OpenSSL::SSL OpenSSL::Crypto ${XXHASH_LIBRARY} Threads::Threads)
   target_link_options(llamapp-shared PRIVATE
     "-Wl,--version-script=${PROJECT_SOURCE_DIR}/cmake/llamapp.map")
@@ -47,7 +54,7 @@ if(LLAMAPP_SHARED)
   llamapp_install_merged_archive(libllamapp-server.a llamapp-server cpp-httplib)
 else()
   llamapp_install_merged_archive(libllamapp.a
-    llamapp llama-common llama-common-base cpp-httplib llama ggml ggml-cpu ggml-base)
+    ${LLAMAPP_LAYERS} llama-common llama-common-base cpp-httplib llama ggml ggml-cpu ggml-base)
   llamapp_install_merged_archive(libllamapp-server.a llamapp-server)
   set(LLAMAPP_LIBRARY_FILE "libllamapp.a")
 endif()

@@ -69,7 +69,7 @@ struct ServerOptions {
 };
 
 namespace detail {
-struct ServerState;
+struct ServerCore;
 }
 
 // Thread-safe. listen() blocks; drain() (from any thread, e.g. a signal watcher) makes it
@@ -96,8 +96,8 @@ class Server {
     void drain();
 
   private:
-    explicit Server(std::unique_ptr<detail::ServerState> state);
-    std::unique_ptr<detail::ServerState> state_;
+    explicit Server(std::unique_ptr<detail::ServerCore> core);
+    std::unique_ptr<detail::ServerCore> core_;
 };
 
 }  // namespace llamapp

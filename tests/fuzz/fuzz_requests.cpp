@@ -5,13 +5,13 @@
 #include <cstdint>
 #include <string>
 
-#include "server/anthropic.hpp"
-#include "server/go_template.hpp"
-#include "server/http_error.hpp"
-#include "server/ollama.hpp"
-#include "server/openai_request.hpp"
-#include "server/response_store.hpp"
-#include "server/responses.hpp"
+#include "server/common/generation_request.hpp"
+#include "server/http/http_error.hpp"
+#include "server/protocols/anthropic/anthropic.hpp"
+#include "server/protocols/ollama/go_template.hpp"
+#include "server/protocols/ollama/ollama.hpp"
+#include "server/protocols/responses/response_store.hpp"
+#include "server/protocols/responses/responses.hpp"
 
 using namespace llamapp;
 using namespace llamapp::detail;

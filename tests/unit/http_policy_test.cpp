@@ -5,8 +5,8 @@
 #include <cctype>
 
 #include "llamapp/fingerprint.hpp"
-#include "server/access_policy.hpp"
-#include "server/connection.hpp"
+#include "server/http/access_policy.hpp"
+#include "server/http/connection.hpp"
 
 namespace {
 

@@ -1,8 +1,8 @@
 // Ollama's Go template syntax, the subset a /api/generate override may use, without a model.
 #include <gtest/gtest.h>
 
-#include "server/go_template.hpp"
-#include "server/http_error.hpp"
+#include "server/http/http_error.hpp"
+#include "server/protocols/ollama/go_template.hpp"
 
 namespace {
 

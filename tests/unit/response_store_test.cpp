@@ -3,7 +3,7 @@
 
 #include <thread>
 
-#include "server/response_store.hpp"
+#include "server/protocols/responses/response_store.hpp"
 
 using namespace llamapp;
 using namespace llamapp::detail;
