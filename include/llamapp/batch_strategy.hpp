@@ -20,7 +20,7 @@ struct SequenceDemand {
 };
 
 struct BatchBudget {
-    int max_tokens = 0;           // tokens one decode call may hold (n_batch)
+    int n_batch = 0;              // tokens one decode call may hold
     int prefill_chunk = 0;        // most prompt tokens one sequence gets per call
     std::size_t queue_depth = 0;  // requests waiting for a slot, for adaptive strategies
 };

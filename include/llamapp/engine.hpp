@@ -44,8 +44,8 @@ struct EngineOptions {
     // (greedy, or sampled with a seed) gives the same tokens bit for bit on every run: one slot,
     // no prefix reuse (live or from the KV store) and no drafts. Otherwise a reply can change
     // with what else runs: llama.cpp's CPU kernels sum in an order that follows how many rows a
-    // decode holds and where a sequence's cells lie (README "When outputs are bit-identical").
-    // Overrides context.n_seq_max, prefix_reuse and draft_tokens.
+    // decode holds and where a sequence's cells lie (docs/server.md, "When outputs are
+    // bit-identical"). Overrides context.n_seq_max, prefix_reuse and draft_tokens.
     bool deterministic = false;
     int slots() const { return deterministic ? 1 : static_cast<int>(context.n_seq_max); }
     std::size_t max_queued_requests = 64;     // accepted but not yet in a slot (>= 1)

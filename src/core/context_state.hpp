@@ -61,9 +61,9 @@ struct ContextState {
     Threadpool threads;
     Threadpool threads_batch;
     std::unique_ptr<llama_context, LlamaContextDeleter> ctx;
-    SequenceMemory sequences;  // over ctx; set with it
-    // Tokens whose KV sits in sequence 0, for prefix reuse between calls.
-    std::vector<Token> cached;
+    // Over ctx, set with it. The single-stream calls keep sequence 0 between calls, for prefix
+    // reuse; an engine uses every sequence.
+    SequenceMemory sequences;
     bool can_trim = true;  // partial sequence removal works (not recurrent/hybrid)
     bool busy = false;     // a generation (TokenStream) is in progress
     AbortGuard abort;
@@ -75,10 +75,7 @@ struct ContextState {
     int n_ubatch() const { return static_cast<int>(llama_n_ubatch(ctx.get())); }
     int n_seq_max() const { return static_cast<int>(llama_n_seq_max(ctx.get())); }
 
-    void forget() {
-        sequences.clear();
-        cached.clear();
-    }
+    void forget() { sequences.clear(); }
 
     // llama_decode with the cancellation tokens and the earlier of the per-decode budget and
     // `deadline` enforced through the abort callback. Maps llama.cpp's codes to typed errors.

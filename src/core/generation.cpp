@@ -120,13 +120,13 @@ Result<std::unique_ptr<GenerationRun>> GenerationRun::start(ContextState& state,
 
 Result<void> GenerationRun::prefill(const std::vector<Token>& prompt) {
     ContextState& s = state_;
-    std::size_t common =
-        reply_.options().reuse_prefix ? reusable_prefix(s.cached, prompt, s.can_trim) : 0;
-    if (common > 0 && common < s.cached.size() && !s.sequences.trim(0, common)) common = 0;
+    std::size_t common = reply_.options().reuse_prefix
+                             ? reusable_prefix(s.sequences.tokens(0), prompt, s.can_trim)
+                             : 0;
+    if (common > 0 && common < s.sequences.size(0) && !s.sequences.trim(0, common)) common = 0;
     // The sliding-window cache may already have dropped cells the next tokens attend to.
     if (!s.sequences.window_intact(0, common, s.model.info().sliding_window)) common = 0;
     if (common == 0) s.forget();
-    s.cached.resize(common);
     reply_.set_prompt(prompt, static_cast<int>(common));
 
     const int n_batch = static_cast<int>(llama_n_batch(s.ctx.get()));
@@ -141,8 +141,7 @@ Result<void> GenerationRun::prefill(const std::vector<Token>& prompt) {
             s.forget();  // a partly written batch leaves the sequence in an unknown state
             return ok;
         }
-        s.cached.insert(s.cached.end(), prompt.begin() + static_cast<std::ptrdiff_t>(i),
-                        prompt.begin() + static_cast<std::ptrdiff_t>(end));
+        s.sequences.append(0, std::span(prompt).subspan(i, end - i));
         i = end;
     }
     logits_index_ = batch.batch.n_tokens - 1;
@@ -178,12 +177,12 @@ bool GenerationRun::next(StreamPiece& piece) {
         return next(piece);
     }
     if (to_decode_) {
-        const auto pos = static_cast<int>(s.cached.size());
+        const auto pos = static_cast<int>(s.sequences.size(0));
         single_.clear();
         single_.add(*to_decode_, pos, 0, true);
         auto ok = s.decode(single_.batch, &reply_.options().cancel, deadline_);
         if (!ok) {
-            if (!s.can_trim || !s.sequences.trim(0, s.cached.size())) s.forget();
+            if (!s.can_trim || !s.sequences.rewind_to_held(0)) s.forget();
             const ErrorCode code = ok.error().code;
             finish(code == ErrorCode::cancelled || code == ErrorCode::timeout
                        ? FinishReason::cancelled
@@ -191,13 +190,13 @@ bool GenerationRun::next(StreamPiece& piece) {
                    code == ErrorCode::cancelled ? std::nullopt : std::optional<Error>(ok.error()));
             return next(piece);
         }
-        s.cached.push_back(*to_decode_);
+        s.sequences.append(0, *to_decode_);
         to_decode_.reset();
         logits_index_ = 0;
     }
 
-    auto step =
-        reply_.advance(s.ctx.get(), logits_index_, s.cached.size(), llama_n_ctx_seq(s.ctx.get()));
+    auto step = reply_.advance(s.ctx.get(), logits_index_, s.sequences.size(0),
+                               llama_n_ctx_seq(s.ctx.get()));
     piece = std::move(step.piece);
     if (step.finished) {
         finished_ = true;

@@ -18,34 +18,66 @@ llama_pos position(std::size_t n) {
 }  // namespace
 
 SequenceMemory::SequenceMemory(llama_context* ctx, bool unified)
-    : ctx_(ctx), memory_(ctx ? llama_get_memory(ctx) : nullptr), unified_(unified) {}
+    : ctx_(ctx),
+      memory_(ctx ? llama_get_memory(ctx) : nullptr),
+      unified_(unified),
+      held_(ctx ? llama_n_seq_max(ctx) : 0) {}
 
 void SequenceMemory::clear() {
     if (memory_) llama_memory_clear(memory_, true);
+    for (auto& tokens : held_) tokens.clear();
 }
 
-void SequenceMemory::remove(int seq) {
+void SequenceMemory::remove_cells(int seq) {
     llama_memory_seq_rm(memory_, seq, -1, -1);
 }
 
-bool SequenceMemory::trim(int seq, std::size_t keep) {
+bool SequenceMemory::trim_cells(int seq, std::size_t keep) {
     return llama_memory_seq_rm(memory_, seq, position(keep), -1);
 }
 
+void SequenceMemory::remove(int seq) {
+    remove_cells(seq);
+    held_[index(seq)].clear();
+}
+
+void SequenceMemory::append(int seq, std::span<const Token> tokens) {
+    held_[index(seq)].insert(held_[index(seq)].end(), tokens.begin(), tokens.end());
+}
+
+bool SequenceMemory::trim(int seq, std::size_t keep) {
+    if (!trim_cells(seq, keep)) return false;
+    std::vector<Token>& held = held_[index(seq)];
+    if (keep < held.size()) held.resize(keep);
+    return true;
+}
+
+bool SequenceMemory::rewind_to_held(int seq) {
+    return trim_cells(seq, size(seq));
+}
+
 void SequenceMemory::copy_prefix(int from, int to, std::size_t n) {
+    remove(to);
     llama_memory_seq_cp(memory_, from, to, 0, position(n));
+    const std::vector<Token>& source = held_[index(from)];
+    held_[index(to)].assign(
+        source.begin(), source.begin() + static_cast<std::ptrdiff_t>(std::min(n, source.size())));
 }
 
 void SequenceMemory::copy_whole(int from, int to) {
+    remove(to);
     if (unified_) {
         llama_memory_seq_cp(memory_, from, to, -1, -1);  // shares the cells: nothing to wait for
+        held_[index(to)] = held_[index(from)];
         return;
     }
     std::vector<std::uint8_t> bytes(snapshot_size(from));
-    remove(to);
     if (!snapshot(from, bytes) ||
-        llama_state_seq_set_data(ctx_, bytes.data(), bytes.size(), to) != bytes.size())
-        remove(to);
+        llama_state_seq_set_data(ctx_, bytes.data(), bytes.size(), to) != bytes.size()) {
+        remove_cells(to);
+        return;
+    }
+    held_[index(to)] = held_[index(from)];
 }
 
 int SequenceMemory::pos_min(int seq) const {
@@ -75,14 +107,19 @@ bool SequenceMemory::snapshot(int seq, std::span<std::uint8_t> out) const {
     return llama_state_seq_get_data(ctx_, out.data(), out.size(), seq) == out.size();
 }
 
-bool SequenceMemory::restore(int seq, std::span<const std::uint8_t> bytes, std::size_t stored,
-                             std::size_t keep) {
+bool SequenceMemory::restore(int seq, std::span<const std::uint8_t> bytes,
+                             std::span<const Token> stored, std::size_t keep) {
     remove(seq);
+    keep = std::min(keep, stored.size());
     bool ok = llama_state_seq_set_data(ctx_, bytes.data(), bytes.size(), seq) != 0;
-    if (ok && keep < stored) ok = trim(seq, keep);
+    if (ok && keep < stored.size()) ok = trim_cells(seq, keep);
     ok = ok && pos_max(seq) == position(keep) - 1;
-    if (!ok) remove(seq);
-    return ok;
+    if (!ok) {
+        remove_cells(seq);
+        return false;
+    }
+    held_[index(seq)].assign(stored.begin(), stored.begin() + static_cast<std::ptrdiff_t>(keep));
+    return true;
 }
 
 ReuseModes SequenceMemory::probe(int vocab_size, int sliding_window) {

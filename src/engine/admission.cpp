@@ -8,7 +8,6 @@ namespace llamapp::detail {
 
 void EngineCore::clear_sequence(Slot& slot) {
     state_.sequences.remove(slot.seq);
-    slot.cached.clear();
     slot.save_pending = false;
 }
 
@@ -25,7 +24,7 @@ std::span<const SlotView> EngineCore::slot_views() {
         const Slot& s = slots_[i];
         SlotView& v = slot_views_[i];
         v.seq = s.seq;
-        v.cached = s.cached;
+        v.cached = held(s);
         v.session = s.session;
         v.scope = s.scope;
         v.last_used = s.last_used;
@@ -33,7 +32,7 @@ std::span<const SlotView> EngineCore::slot_views() {
         v.prompt =
             s.running ? std::span<const Token>(s.running->prompt()) : std::span<const Token>{};
         v.prompt_cached = s.running ? s.running->next_prompt : 0;
-        v.paused = s.running && s.running->paused;
+        v.preempted = s.running && s.running->preempted;
         v.most_cells = 0;
         v.cells_to_finish = 0;
         if (!s.running) continue;
@@ -60,8 +59,8 @@ RequestView EngineCore::request_view(const Pending& pending) const {
 }
 
 void EngineCore::admit() {
-    // A request paused under KV pressure waits for room that new work would take.
-    if (any_paused()) return;
+    // A request preempted under KV pressure waits for room that new work would take.
+    if (any_preempted()) return;
     for (auto it = queue_.begin(); it != queue_.end();) {
         const bool any_idle =
             std::any_of(slots_.begin(), slots_.end(), [](const Slot& s) { return !s.running; });
@@ -92,21 +91,12 @@ void EngineCore::bind_session(Slot& slot, const Admission& admission,
     sessions_[{request.cache_scope, request.session}] = slot.seq;
 }
 
-// A short prefill after a long reused prefix would run llama.cpp's slow per-row attention (see
-// EngineOptions::min_prefill_rows), whose cost grows with the depth of the cache; giving back
-// cached tokens buys the tiled kernel. Shallow caches are left alone (the slow path is cheap
-// there), and so is a single row, which takes the decode kernel.
+// Gives reused tokens back where the scheduler says a short prefill would be slow
+// (Scheduler::widened_reuse).
 void EngineCore::widen_short_prefill(Slot& slot, std::size_t prompt_size, CacheInfo& cache) {
-    constexpr std::size_t deep = 512;
-    const std::size_t rows = scheduler_.options().prefill_rows;
-    const std::size_t reused = slot.cached.size();
-    if (rows == 0 || reused < deep || !modes_.trim_tail) return;
-    const std::size_t left = prompt_size - reused;
-    if (left < 2 || left >= rows) return;
-    const std::size_t keep = prompt_size - rows;
-    if (!state_.sequences.trim(slot.seq, keep)) return;
-    slot.cached.resize(keep);
-    cache.reused_tokens = static_cast<int>(keep);
+    const auto keep = scheduler_.widened_reuse(prompt_size, held(slot).size());
+    if (!keep || !state_.sequences.trim(slot.seq, *keep)) return;
+    cache.reused_tokens = static_cast<int>(*keep);
 }
 
 // Carries out the admission's reuse; the slot holds what the returned CacheInfo says.
@@ -117,33 +107,29 @@ CacheInfo EngineCore::take_reuse(Slot& slot, const Admission& admission,
     cache.slot = slot.seq;
     if (admission.source == ReuseSource::stored && stored) {
         if (restore(slot, *stored)) {
-            cache.reused_tokens = static_cast<int>(slot.cached.size());
+            cache.reused_tokens = static_cast<int>(held(slot).size());
             cache.source = ReuseSource::stored;
             cache.tier = stored->entry.tier;
         }
     } else if (admission.source == ReuseSource::other_slot) {
         const Slot& donor = slots_[static_cast<std::size_t>(admission.donor)];
         const std::size_t donated = admission.reuse_tokens;
-        memory.remove(slot.seq);
         bool copied = true;
         if (modes_.copy_prefix) {
             memory.copy_prefix(donor.seq, slot.seq, donated);
         } else {
             memory.copy_whole(donor.seq, slot.seq);
-            copied = donated == donor.cached.size() || memory.trim(slot.seq, donated);
+            copied = donated == held(donor).size() || memory.trim(slot.seq, donated);
         }
-        slot.cached.assign(donor.cached.begin(),
-                           donor.cached.begin() + static_cast<std::ptrdiff_t>(donated));
         cache.reused_tokens = copied ? static_cast<int>(donated) : 0;
         cache.source = ReuseSource::other_slot;
     } else if (admission.source == ReuseSource::same_slot) {
         std::size_t own = admission.reuse_tokens;
-        if (own < slot.cached.size() && !memory.trim(slot.seq, own)) own = 0;
-        slot.cached.resize(own);
+        if (own < held(slot).size() && !memory.trim(slot.seq, own)) own = 0;
         cache.reused_tokens = static_cast<int>(own);
         cache.source = own > 0 ? ReuseSource::same_slot : ReuseSource::none;
     }
-    if (cache.reused_tokens == 0 || !window_intact(slot, slot.cached.size())) {
+    if (cache.reused_tokens == 0 || !window_intact(slot, held(slot).size())) {
         clear_sequence(slot);
         cache.reused_tokens = 0;
         cache.source = ReuseSource::none;
@@ -165,8 +151,8 @@ void EngineCore::start_running(const Admission& admission, std::unique_ptr<Pendi
     slot.scope = pending->request.cache_scope;
     auto r = std::make_unique<Running>();
     r->pending = std::move(pending);
-    r->next_prompt = slot.cached.size();
-    r->save_at = scheduler_.prefill_save_at(prompt.size(), slot.cached.size());
+    r->next_prompt = held(slot).size();
+    r->save_at = scheduler_.prefill_save_at(prompt.size(), held(slot).size());
     r->cache = cache;
     r->admitted = now;
     r->queue_ms = ms_between(r->pending->submitted, now);
@@ -203,9 +189,7 @@ Result<void> EngineCore::fork(const std::string& from, const std::string& to,
     Slot* target = &slots_[static_cast<std::size_t>(*target_index)];
     if (!target->session.empty()) sessions_.erase({target->scope, target->session});
     save_before_losing(*target, 0);
-    state_.sequences.remove(target->seq);
     state_.sequences.copy_whole(source.seq, target->seq);
-    target->cached = source.cached;
     target->session = to;
     target->scope = scope;
     target->last_used = Clock::now();
@@ -233,7 +217,7 @@ std::vector<SessionInfo> EngineCore::list_sessions() const {
         info.scope = key.first;
         info.id = key.second;
         info.slot = s.seq;
-        info.cached_tokens = static_cast<int>(s.cached.size());
+        info.cached_tokens = static_cast<int>(held(s).size());
         info.busy = s.running != nullptr;
         info.idle_seconds =
             s.running ? 0 : std::chrono::duration<double>(now - s.last_used).count();

@@ -50,11 +50,11 @@ class DecodeMaximal final : public BatchStrategy {
     std::string_view name() const override { return name_; }
     void plan(std::span<const SequenceDemand> demand, const BatchBudget& budget,
               std::span<int> take) override {
-        const int left = take_decodes(demand, budget.max_tokens, take);
+        const int left = take_decodes(demand, budget.n_batch, take);
         // About one chunk of prompt per call, oldest prompt first, the streams' tokens included
         // (so a call is one ubatch when the chunk is n_ubatch): calls stay short for the
         // streams, and a burst of prompts finishes one after another instead of all at the end.
-        const int decodes = budget.max_tokens - left;
+        const int decodes = budget.n_batch - left;
         const int prompt_rows = std::max(budget.prefill_chunk - decodes, budget.prefill_chunk / 2);
         take_prefills(demand, std::min(left, prompt_rows), budget.prefill_chunk, take, enough_);
     }
@@ -69,7 +69,7 @@ class PrefillPriority final : public BatchStrategy {
     std::string_view name() const override { return "prefill_priority"; }
     void plan(std::span<const SequenceDemand> demand, const BatchBudget& budget,
               std::span<int> take) override {
-        const int left = take_prefills(demand, budget.max_tokens, budget.prefill_chunk, take);
+        const int left = take_prefills(demand, budget.n_batch, budget.prefill_chunk, take);
         take_decodes(demand, left, take);
     }
 };
@@ -79,11 +79,11 @@ class Balanced final : public BatchStrategy {
     std::string_view name() const override { return "balanced"; }
     void plan(std::span<const SequenceDemand> demand, const BatchBudget& budget,
               std::span<int> take) override {
-        const int half = budget.max_tokens / 2;
+        const int half = budget.n_batch / 2;
         const int decode_left = take_decodes(demand, std::max(1, half), take);
         const int used_by_decode = std::max(1, half) - decode_left;
         const int prefill_left =
-            take_prefills(demand, budget.max_tokens - used_by_decode, budget.prefill_chunk, take);
+            take_prefills(demand, budget.n_batch - used_by_decode, budget.prefill_chunk, take);
         // Streams that did not fit in their half take what the prompts left unused.
         int extra = prefill_left;
         for (std::size_t i = 0; i < demand.size() && extra > 0; ++i) {

@@ -243,7 +243,7 @@ Result<SlotSnapshot> Engine::save_slot(int slot, const std::string& scope) {
         return fail(ErrorCode::unsupported_operation, "this engine has no KV store to save into");
     auto saved = s.on_idle_slot<SlotSnapshot>(slot, [&](detail::Slot& sl) -> Result<SlotSnapshot> {
         // Another scope's tokens are not this caller's to read: they look like an empty slot.
-        if (sl.scope != scope && !sl.cached.empty())
+        if (sl.scope != scope && !s.held(sl).empty())
             return fail(ErrorCode::invalid_argument, fmt::format("slot {} holds no tokens", sl.seq),
                         "slot");
         return s.save_slot(sl);

@@ -274,7 +274,7 @@ void EngineCore::publish_gauges() {
         busy += running ? 1 : 0;
         changed = changed || slot_running_seen_[i] != running;
         slot_running_seen_[i] = running;
-        kv += static_cast<std::int64_t>(slots_[i].cached.size());
+        kv += static_cast<std::int64_t>(held(slots_[i]).size());
     }
     // Published only when a slot starts or stops: this runs every decode step.
     if (changed) {

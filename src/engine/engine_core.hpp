@@ -43,25 +43,25 @@ struct Running {
     int draft_accepted = 0;
     int draft_wait = 0;
     int draft_backoff = 1;
-    // Paused under KV pressure (EngineCore::pause): the sequence holds nothing and no rows are
+    // Preempted under KV pressure (EngineCore::preempt): the sequence holds nothing and no rows are
     // planned until there is room again. `resumed` then stands in for the prompt: the prompt,
     // the reply's tokens and the last one sampled, computed again from the start; sampling after
     // its last token carries the reply on.
-    bool paused = false;
+    bool preempted = false;
     std::vector<Token> resumed;
 
-    // The tokens to compute before the next sample: the prompt, or `resumed` after a pause.
+    // The tokens to compute before the next sample: the prompt, or `resumed` after a preemption.
     const std::vector<Token>& prompt() const {
         return resumed.empty() ? pending->request.prompt : resumed;
     }
     Reply& reply() { return *pending->reply; }
 };
 
+// What a slot holds (its tokens) is its sequence's, kept by SequenceMemory: EngineCore::held.
 struct Slot {
     int seq = 0;
-    std::vector<Token> cached;  // tokens whose KV the sequence holds, in position order
-    std::string session;        // pinned to this session when not empty
-    std::string scope;          // cache scope of the request that wrote the cached tokens
+    std::string session;  // pinned to this session when not empty
+    std::string scope;    // cache scope of the request that wrote the cached tokens
     Reply::Clock::time_point last_used{};
     std::unique_ptr<Running> running;  // null while idle
     bool save_pending = false;  // finished; its finish save waits (SavePolicy::finish_save_delay)
@@ -115,6 +115,15 @@ class EngineCore {
                     "slot");
     }
     std::shared_ptr<Inbox> inbox() const { return inbox_; }
+    // Decode thread: the tokens whose KV the slot's sequence holds, in position order.
+    std::span<const Token> held(const Slot& slot) const {
+        return state_.sequences.tokens(slot.seq);
+    }
+    // A copy of it, for what outlives this step (a store entry, a snapshot's description).
+    std::vector<Token> held_copy(const Slot& slot) const {
+        const auto tokens = held(slot);
+        return {tokens.begin(), tokens.end()};
+    }
     std::uint64_t next_id() { return ++last_id_; }
     void notify(const LifecycleEvent& event) const;
     // Any thread: looks the prompt up in the KV store and loads the best entry into `pending`.
@@ -159,12 +168,12 @@ class EngineCore {
     void commit_rows(std::size_t begin, std::size_t end);
     bool free_one_idle_sequence();
     // KV pressure with one token that cannot fit: the request the scheduler picks gives its
-    // cells up. It pauses (Scheduler::pauses), or its reply ends (length), or, before it has
-    // one, it fails. Returns that request's slot.
-    int give_cells_up(int stuck);
-    void pause(Slot& slot);
-    void resume_paused();  // Scheduler::resuming
-    bool any_paused() const;
+    // cells up. It is preempted (Scheduler::resumes_after_preemption), or its reply ends
+    // (length), or, before it has one, it fails. Returns that request's slot.
+    int preempt_for(int stuck);
+    void preempt(Slot& slot);
+    void resume_preempted();  // Scheduler::resuming_preempted
+    bool any_preempted() const;
     bool drop_drafts(std::size_t begin, std::size_t end);  // false when there were none
     // Samples output `batch_index` for the slot's request and streams the piece; true when the
     // reply is finished (the caller completes it).

@@ -47,7 +47,7 @@ Result<EngineMetrics> EngineMetrics::create(std::shared_ptr<MetricsRegistry> reg
                    "Running requests that gave their KV cells up under pressure and waited to "
                    "compute them again",
                    labels),
-         m.paused);
+         m.preempted);
     keep(r.counter("llamapp_draft_tokens_total",
                    "Tokens proposed by prompt-lookup speculation and decoded as drafts", labels),
          m.draft_tokens);

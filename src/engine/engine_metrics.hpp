@@ -68,7 +68,7 @@ struct EngineMetrics {
     Counter* decode_calls = nullptr;
     Counter* decoded_tokens = nullptr;  // batch rows; divided by decode_calls = mean batch size
     Counter* kv_pressure = nullptr;     // llama_decode found no room
-    Counter* paused = nullptr;          // running requests that gave their cells up for a while
+    Counter* preempted = nullptr;       // running requests that gave their cells up for a while
     Counter* draft_tokens = nullptr;    // EngineOptions::draft_tokens: proposed and decoded
     Counter* draft_accepted = nullptr;  // of those, confirmed by the sampler
     Counter* reuse_none = nullptr;

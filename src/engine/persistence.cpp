@@ -55,15 +55,12 @@ bool EngineCore::restore(Slot& slot, const KvHit& hit) {
     clear_sequence(slot);  // empty, so that freeing idle sequences below never picks it
     const std::size_t matched = hit.matched_tokens;
     auto attempt = [&] {
-        return state_.sequences.restore(slot.seq, *hit.payload, hit.entry.tokens.size(), matched);
+        return state_.sequences.restore(slot.seq, *hit.payload, hit.entry.tokens, matched);
     };
     // The restore needs free cells; idle sequences give theirs up once before it counts as
     // failed.
     bool ok = attempt() || (free_one_idle_sequence() && attempt());
-    if (ok) {
-        slot.cached.assign(hit.entry.tokens.begin(), hit.entry.tokens.begin() + matched);
-        ok = window_intact(slot, slot.cached.size());
-    }
+    if (ok) ok = window_intact(slot, matched);
     if (!ok) {
         clear_sequence(slot);
         persistence_.store->report_restore_failure(hit);
@@ -75,8 +72,7 @@ bool EngineCore::restore(Slot& slot, const KvHit& hit) {
 
 void EngineCore::save_prefill_boundaries() {
     for (auto& s : slots_) {
-        if (!s.running || s.running->save_at == 0 || s.cached.size() != s.running->save_at)
-            continue;
+        if (!s.running || s.running->save_at == 0 || held(s).size() != s.running->save_at) continue;
         s.running->save_at = 0;
         save(s, SaveReason::prefill);
     }
@@ -84,7 +80,7 @@ void EngineCore::save_prefill_boundaries() {
 
 void EngineCore::save_before_losing(Slot& slot, std::size_t kept) {
     const bool pending = std::exchange(slot.save_pending, false);
-    if (auto reason = scheduler_.save_before_losing(slot.cached.size(), kept, pending))
+    if (auto reason = scheduler_.save_before_losing(held(slot).size(), kept, pending))
         save(slot, *reason);
 }
 
@@ -96,14 +92,14 @@ void EngineCore::take_deferred_saves() {
 
 void EngineCore::save(Slot& slot, SaveReason reason) {
     const Persistence& p = persistence_;
-    if (!p.store || slot.cached.size() < static_cast<std::size_t>(p.policy.min_tokens)) return;
+    if (!p.store || held(slot).size() < static_cast<std::size_t>(p.policy.min_tokens)) return;
     const KvNamespace ns = p.ns_for(slot.scope);
-    if (p.store->covers(ns, slot.cached, p.lookup.match)) return;
+    if (p.store->covers(ns, held(slot), p.lookup.match)) return;
     const SequenceMemory& memory = state_.sequences;
     const std::size_t bytes = memory.snapshot_size(slot.seq);
     const auto kept_from = static_cast<std::int32_t>(
-        memory.kept_from(slot.seq, slot.cached.size(), modes_.sliding_window));
-    auto ticket = p.store->reserve(ns, slot.cached, bytes, reason, kept_from, slot.session,
+        memory.kept_from(slot.seq, held(slot).size(), modes_.sliding_window));
+    auto ticket = p.store->reserve(ns, held_copy(slot), bytes, reason, kept_from, slot.session,
                                    p.lookup.match, p.policy.max_entry_bytes);
     if (!ticket) return;
     if (!memory.snapshot(slot.seq, ticket->bytes())) {

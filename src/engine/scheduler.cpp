@@ -155,7 +155,7 @@ std::optional<int> Scheduler::eviction_victim(std::span<const SlotView> slots) c
     return std::nullopt;
 }
 
-int Scheduler::yielding_request(std::span<const SlotView> slots, int stuck) const {
+int Scheduler::preemption_victim(std::span<const SlotView> slots, int stuck) const {
     int longest = stuck;
     std::size_t most = slots[static_cast<std::size_t>(stuck)].cached.size();
     for (const SlotView& s : slots)
@@ -166,27 +166,27 @@ int Scheduler::yielding_request(std::span<const SlotView> slots, int stuck) cons
     return longest;
 }
 
-bool Scheduler::pauses(std::span<const SlotView> slots, int yielding) const {
-    const SlotView& y = slots[static_cast<std::size_t>(yielding)];
+bool Scheduler::resumes_after_preemption(std::span<const SlotView> slots, int victim) const {
+    const SlotView& y = slots[static_cast<std::size_t>(victim)];
     if (options_.n_cells != options_.n_ctx_seq || y.most_cells == 0 ||
         y.most_cells > static_cast<std::size_t>(options_.n_ctx_seq))
         return false;
     return std::any_of(slots.begin(), slots.end(), [&](const SlotView& other) {
-        return other.seq != yielding && other.running && !other.paused;
+        return other.seq != victim && other.running && !other.preempted;
     });
 }
 
-void Scheduler::resuming(std::span<const SlotView> slots, std::vector<int>& out) const {
+void Scheduler::resuming_preempted(std::span<const SlotView> slots, std::vector<int>& out) const {
     out.clear();
     std::size_t held = 0;
     bool others = false;
     for (const SlotView& s : slots) {
         if (!s.running) continue;
-        if (s.paused)
+        if (s.preempted)
             out.push_back(s.seq);
         else
             held += s.cached.size();
-        others = others || !s.paused;
+        others = others || !s.preempted;
     }
     std::sort(out.begin(), out.end(), [&](int a, int b) {
         return slots[static_cast<std::size_t>(a)].admitted <
@@ -219,7 +219,7 @@ std::optional<int> Scheduler::fork_target(std::span<const SlotView> slots, int s
 // to the budget; decode_maximal's when the strategy gives nothing to anybody.
 void Scheduler::split_batch(std::span<const StreamView> streams, std::size_t queue_depth) {
     BatchBudget budget;
-    budget.max_tokens = options_.n_batch;
+    budget.n_batch = options_.n_batch;
     budget.prefill_chunk = std::max(1, std::min(options_.prefill_chunk, options_.n_batch));
     budget.queue_depth = queue_depth;
     take_.assign(demand_.size(), 0);
@@ -235,7 +235,7 @@ void Scheduler::split_batch(std::span<const StreamView> streams, std::size_t que
         if (!d.decoding && s.save_at > s.next_prompt)
             most = std::min(most, static_cast<int>(s.save_at - s.next_prompt));
         int& take = take_[i];
-        take = std::clamp(take, 0, std::min(most, budget.max_tokens - total));
+        take = std::clamp(take, 0, std::min(most, budget.n_batch - total));
         // Leave a rest of the prompt of at least prefill_rows (or none): a short last chunk
         // would take llama.cpp's slow attention path (EngineOptions::min_prefill_rows).
         if (!d.decoding && rows > 0 && take > 0) {
@@ -354,15 +354,26 @@ Scheduler::DraftBackoff Scheduler::after_drafts(int decoded, int accepted, Draft
 
 // ---- queue ----------------------------------------------------------------------------------
 
+std::optional<std::size_t> Scheduler::widened_reuse(std::size_t prompt_size,
+                                                    std::size_t reused) const {
+    const std::size_t rows = options_.prefill_rows;
+    if (rows == 0 || reused < options_.widen_from_depth || !options_.modes.trim_tail ||
+        reused >= prompt_size)
+        return std::nullopt;
+    const std::size_t left = prompt_size - reused;
+    if (left < 2 || left >= rows) return std::nullopt;
+    return prompt_size - rows;
+}
+
 Result<void> fits_queue(const QueueBounds& bounds, std::size_t queued_requests,
                         std::size_t queued_tokens, std::size_t requests, std::size_t tokens) {
     if (queued_requests + requests > bounds.max_requests) {
         return fail(ErrorCode::queue_full, "too many requests are waiting",
                     fmt::format("max_queued_requests={}", bounds.max_requests));
     }
-    if (queued_tokens > 0 && queued_tokens + tokens > bounds.max_tokens) {
+    if (queued_tokens > 0 && queued_tokens + tokens > bounds.max_prompt_tokens) {
         return fail(ErrorCode::queue_full, "too many prompt tokens are waiting",
-                    fmt::format("max_queued_tokens={}", bounds.max_tokens));
+                    fmt::format("max_queued_tokens={}", bounds.max_prompt_tokens));
     }
     return {};
 }

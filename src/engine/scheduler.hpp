@@ -39,12 +39,12 @@ struct SlotView {
     std::size_t prompt_cached = 0;
     // While running: when it was admitted; the cells it holds at most, once its reply reaches
     // max_tokens (0: no max_tokens); what it needs to finish from here, its `prompt` (the tokens
-    // to compute again, after a pause) and the tokens it may still generate; and whether it
-    // waits for room, paused under KV pressure.
+    // to compute again, after a preemption) and the tokens it may still generate; and whether it
+    // waits for room, preempted under KV pressure.
     SteadyClock::time_point admitted{};
     std::size_t most_cells = 0;
     std::size_t cells_to_finish = 0;
-    bool paused = false;
+    bool preempted = false;
 };
 
 // A queued request, as admission sees it.
@@ -119,6 +119,9 @@ struct SchedulerOptions {
     int n_cells = 0;  // the context's cells over all sequences (= n_ctx_seq where they share)
     int prefill_chunk = 512;
     std::size_t prefill_rows = 0;  // EngineOptions::min_prefill_rows where it applies, else 0
+    // A reused prefix at least this deep gives tokens back rather than leave a short prefill
+    // (widened_reuse): below it the slow attention path is cheap.
+    std::size_t widen_from_depth = 512;
     bool separate_prompt_rows = false;
     int draft_tokens = 0;
     int draft_match = 3;
@@ -149,15 +152,21 @@ class Scheduler {
     // KV pressure with no idle cells left, when `stuck`'s next token cannot fit: the running
     // request that gives its cells up, the one holding the most (`stuck` on a tie). One long
     // reply must not starve the short ones beside it.
-    int yielding_request(std::span<const SlotView> slots, int stuck) const;
-    // Whether that request pauses (waits for room, then computes its cells again) rather than
-    // ending. Only where the slots share the cells (a slot's own cells are nobody else's room),
-    // for a request with an end that fits the context alone (one without max_tokens would take
-    // all of it again), and while another running request will give cells back.
-    bool pauses(std::span<const SlotView> slots, int yielding) const;
-    // The paused requests that start again now, oldest first, while what each needs to finish
+    int preemption_victim(std::span<const SlotView> slots, int stuck) const;
+    // Whether that request is preempted (waits for room, then computes its cells again) rather
+    // than ending. Only where the slots share the cells (a slot's own cells are nobody else's
+    // room), for a request with an end that fits the context alone (one without max_tokens would
+    // take all of it again), and while another running request will give cells back.
+    bool resumes_after_preemption(std::span<const SlotView> slots, int victim) const;
+    // The preempted requests that start again now, oldest first, while what each needs to finish
     // fits beside what the running ones hold; the oldest always when nothing else runs.
-    void resuming(std::span<const SlotView> slots, std::vector<int>& out) const;
+    void resuming_preempted(std::span<const SlotView> slots, std::vector<int>& out) const;
+    // A short prefill after a long reused prefix would run llama.cpp's slow per-row attention
+    // (EngineOptions::min_prefill_rows), whose cost grows with the depth of the cache: how many
+    // of the `reused` tokens to keep so that at least prefill_rows are computed, or nothing to
+    // keep them all. Only where the cache trims, for a prefix at least widen_from_depth deep, and
+    // not for a single row (it takes the decode kernel).
+    std::optional<std::size_t> widened_reuse(std::size_t prompt_size, std::size_t reused) const;
     // Where a fork of `source` goes: an idle unpinned slot, least recently used, else an idle
     // session's (which ends).
     std::optional<int> fork_target(std::span<const SlotView> slots, int source) const;
@@ -215,7 +224,7 @@ std::optional<int> least_recently_used(std::span<const SlotView> slots, Pick pic
 // or a long prompt could never run.
 struct QueueBounds {
     std::size_t max_requests = 0;
-    std::size_t max_tokens = 0;
+    std::size_t max_prompt_tokens = 0;
 };
 Result<void> fits_queue(const QueueBounds& bounds, std::size_t queued_requests,
                         std::size_t queued_tokens, std::size_t requests, std::size_t tokens);

@@ -23,26 +23,26 @@ void EngineCore::run_slot_commands() {
 
 Result<SlotSnapshot> EngineCore::save_slot(Slot& slot) {
     const auto started = Clock::now();
-    if (slot.cached.empty())
+    if (held(slot).empty())
         return fail(ErrorCode::invalid_argument, fmt::format("slot {} holds no tokens", slot.seq),
                     "slot");
     const SequenceMemory& memory = state_.sequences;
     SlotSnapshot out{
-        .slot = slot.seq, .tokens = slot.cached, .bytes = memory.snapshot_size(slot.seq)};
+        .slot = slot.seq, .tokens = held_copy(slot), .bytes = memory.snapshot_size(slot.seq)};
     const Persistence& p = persistence_;
     const KvNamespace ns = p.ns_for(slot.scope);
     // Taken already (a finish save, or the same tokens saved before): nothing to write.
-    if (!p.store->covers(ns, slot.cached, p.lookup.match)) {
+    if (!p.store->covers(ns, held(slot), p.lookup.match)) {
         const auto kept_from = static_cast<std::int32_t>(
-            memory.kept_from(slot.seq, slot.cached.size(), modes_.sliding_window));
+            memory.kept_from(slot.seq, held(slot).size(), modes_.sliding_window));
         // The store's own limits apply, not the engine's policy: the operator asked for it.
-        auto ticket = p.store->reserve(ns, slot.cached, out.bytes, SaveReason::put, kept_from,
+        auto ticket = p.store->reserve(ns, held_copy(slot), out.bytes, SaveReason::put, kept_from,
                                        slot.session, p.lookup.match, std::uint64_t{0});
         if (!ticket)
             return fail(ErrorCode::out_of_memory,
                         fmt::format("the KV store has no room for slot {}'s {} tokens ({} bytes): "
                                     "its quota or its writer queue is full",
-                                    slot.seq, slot.cached.size(), out.bytes));
+                                    slot.seq, held(slot).size(), out.bytes));
         if (!memory.snapshot(slot.seq, ticket->bytes()))
             return fail(ErrorCode::internal, "llama.cpp wrote less state than it announced");
         p.store->commit(std::move(*ticket));
@@ -87,19 +87,19 @@ Result<SlotSnapshot> EngineCore::restore_slot(Slot& slot, const KvHit& hit,
                                 "room for them",
                                 slot.seq, hit.matched_tokens));
     return SlotSnapshot{.slot = slot.seq,
-                        .tokens = slot.cached,
+                        .tokens = held_copy(slot),
                         .bytes = hit.payload ? hit.payload->size() : 0,
                         .ms = hit.load_ms + ms_between(started, Clock::now())};
 }
 
 std::size_t EngineCore::erase_slot(Slot& slot) {
-    const std::size_t held = slot.cached.size();
+    const std::size_t tokens = held(slot).size();
     if (!slot.session.empty()) {
         sessions_.erase({slot.scope, slot.session});
         slot.session.clear();
     }
     clear_sequence(slot);
-    return held;
+    return tokens;
 }
 
 }  // namespace llamapp::detail

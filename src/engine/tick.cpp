@@ -15,7 +15,7 @@ double seconds(Reply::Clock::duration d) {
 }  // namespace
 
 void EngineCore::tick() {
-    resume_paused();
+    resume_preempted();
     plan_rows();
     if (rows_.empty()) return;
     if (scheduler_.options().separate_prompt_rows) {
@@ -35,14 +35,14 @@ void EngineCore::tick() {
 std::span<const StreamView> EngineCore::stream_views() {
     stream_views_.clear();  // reused every step: no allocation on the decode loop
     for (const Slot& s : slots_) {
-        if (!s.running || s.running->paused) continue;
+        if (!s.running || s.running->preempted) continue;
         const Running& r = *s.running;
         const GenerateOptions& options = r.pending->reply->options();
         stream_views_.push_back(
             {.slot = s.seq,
              .request = r.pending->id,
              .admitted = r.admitted,
-             .cached = s.cached,
+             .cached = held(s),
              .prompt = r.prompt(),
              .next_prompt = r.next_prompt,
              .to_decode = r.to_decode,
@@ -61,11 +61,12 @@ void EngineCore::plan_rows() {
 
 // A row still takes part in the step: it is not a draft dropped for room, and it still belongs
 // to the request it was planned for (a failure earlier in this step may have ended that
-// request), which has not paused since. Halving a batch can leave a dropped draft beside other
-// rows, and its request must not be failed or rewound for their sake.
+// request), which has not been preempted since. Halving a batch can leave a dropped draft beside
+// other rows, and its request must not be failed or rewound for their sake.
 bool EngineCore::live(const Row& row) const {
     const Slot& s = slots_[static_cast<std::size_t>(row.slot)];
-    return !row.dropped && s.running && !s.running->paused && s.running->pending->id == row.request;
+    return !row.dropped && s.running && !s.running->preempted &&
+           s.running->pending->id == row.request;
 }
 
 void EngineCore::process_rows(std::size_t begin, std::size_t end) {
@@ -116,7 +117,7 @@ void EngineCore::process_rows(std::size_t begin, std::size_t end) {
         for (std::size_t i = begin; i < end; ++i) {
             if (!live(rows_[i])) continue;
             const int stuck = rows_[i].slot;
-            if (give_cells_up(stuck) != stuck) return process_rows(begin, end);
+            if (preempt_for(stuck) != stuck) return process_rows(begin, end);
         }
         return;
     }
@@ -132,7 +133,7 @@ void EngineCore::rollback(std::size_t begin, std::size_t end, const Error& error
     for (std::size_t i = begin; i < end; ++i) {
         if (!live(rows_[i])) continue;
         Slot& s = slots_[static_cast<std::size_t>(rows_[i].slot)];
-        if (!modes_.trim_tail || !state_.sequences.trim(s.seq, s.cached.size())) {
+        if (!modes_.trim_tail || !state_.sequences.rewind_to_held(s.seq)) {
             // Recurrent state cannot be rewound: the request cannot continue.
             clear_sequence(s);
             fail_requests = true;
@@ -148,12 +149,12 @@ void EngineCore::rollback(std::size_t begin, std::size_t end, const Error& error
     }
 }
 
-int EngineCore::give_cells_up(int stuck) {
+int EngineCore::preempt_for(int stuck) {
     const auto views = slot_views();
-    const int yielding = scheduler_.yielding_request(views, stuck);
-    Slot& s = slots_[static_cast<std::size_t>(yielding)];
-    if (scheduler_.pauses(views, yielding)) {
-        pause(s);
+    const int victim = scheduler_.preemption_victim(views, stuck);
+    Slot& s = slots_[static_cast<std::size_t>(victim)];
+    if (scheduler_.resumes_after_preemption(views, victim)) {
+        preempt(s);
     } else if (s.running->reply().result().usage.completion_tokens > 0) {
         stop_running(s, FinishReason::length);  // as if its context were full
         save_before_losing(s, 0);
@@ -165,34 +166,35 @@ int EngineCore::give_cells_up(int stuck) {
                            "the KV cache is full: no room for this request's prompt",
                            fmt::format("n_ctx={}", state_.n_ctx())});
     }
-    return yielding;
+    return victim;
 }
 
-void EngineCore::pause(Slot& slot) {
+void EngineCore::preempt(Slot& slot) {
     Running& r = *slot.running;
     if (r.to_decode != no_token) {  // a reply: all the sequence held, and the token to feed back
-        r.resumed = slot.cached;
+        r.resumed.assign(held(slot).begin(), held(slot).end());
         r.resumed.push_back(std::exchange(r.to_decode, no_token));
     }  // else still computing its prompt (or what it resumed with): it starts that again
     save_before_losing(slot, 0);
     clear_sequence(slot);
     r.next_prompt = 0;
     r.save_at = 0;
-    r.paused = true;
-    metrics_.paused->inc();
-    log(LogLevel::debug, "engine: request {} pauses under KV pressure ({} tokens to compute again)",
+    r.preempted = true;
+    metrics_.preempted->inc();
+    log(LogLevel::debug,
+        "engine: request {} preempted under KV pressure ({} tokens to compute again)",
         r.pending->id, r.prompt().size());
 }
 
-bool EngineCore::any_paused() const {
+bool EngineCore::any_preempted() const {
     return std::any_of(slots_.begin(), slots_.end(),
-                       [](const Slot& s) { return s.running && s.running->paused; });
+                       [](const Slot& s) { return s.running && s.running->preempted; });
 }
 
-void EngineCore::resume_paused() {
-    if (!any_paused()) return;
-    scheduler_.resuming(slot_views(), resuming_);
-    for (int seq : resuming_) slots_[static_cast<std::size_t>(seq)].running->paused = false;
+void EngineCore::resume_preempted() {
+    if (!any_preempted()) return;
+    scheduler_.resuming_preempted(slot_views(), resuming_);
+    for (int seq : resuming_) slots_[static_cast<std::size_t>(seq)].running->preempted = false;
 }
 
 bool EngineCore::drop_drafts(std::size_t begin, std::size_t end) {
@@ -223,7 +225,7 @@ void EngineCore::commit_rows(std::size_t begin, std::size_t end) {
         if (row.draft || row.batch_index < 0 || !live(row)) continue;  // drafts: see their lead
         Slot& s = slots_[static_cast<std::size_t>(row.slot)];
         Running& r = *s.running;
-        s.cached.push_back(row.token);
+        state_.sequences.append(s.seq, row.token);
         if (row.decode) {
             r.to_decode = no_token;
         } else {
@@ -245,7 +247,7 @@ void EngineCore::commit_rows(std::size_t begin, std::size_t end) {
 
 bool EngineCore::sample(Slot& s, int batch_index) {
     Running& r = *s.running;
-    auto step = r.reply().advance(state_.ctx.get(), batch_index, s.cached.size(),
+    auto step = r.reply().advance(state_.ctx.get(), batch_index, held(s).size(),
                                   static_cast<std::size_t>(n_ctx_seq_));
     const auto now = Clock::now();
     if (r.last_token == Clock::time_point{}) {
@@ -277,15 +279,15 @@ bool EngineCore::accept_drafts(Slot& s, std::size_t lead, bool finished) {
         keep = keep && draft.token == r.to_decode;
         if (!keep) continue;
         // The sampler picked the drafted token: its KV and logits are already computed.
-        s.cached.push_back(draft.token);
+        state_.sequences.append(s.seq, draft.token);
         r.to_decode = no_token;
         ++accepted;
         finished = sample(s, draft.batch_index);
         keep = !finished;
     }
-    if (accepted < decoded)  // the cache must hold exactly `cached`
+    if (accepted < decoded)  // the cells past what the sequence holds are drafts not taken
         // Drafts only run where the model trims (Scheduler::plan_step), so this cannot fail.
-        static_cast<void>(state_.sequences.trim(s.seq, s.cached.size()));
+        static_cast<void>(state_.sequences.rewind_to_held(s.seq));
     metrics_.draft_tokens->inc(decoded);
     metrics_.draft_accepted->inc(accepted);
     metrics_.llama_server.count_drafts(decoded, accepted);

@@ -62,7 +62,7 @@ TEST(Deterministic, TheSameRequestGivesTheSameBitsWhateverRanBeforeOrBeside) {
 // What the mode is for: by default the same request's log-probs move (the text of this tiny
 // model happens to hold). Run again on its own cached slot, the prompt's last token is computed
 // alone, not as one row of many, and one row takes another kernel. If this starts to pass as
-// equal, llama.cpp became batch-invariant: update README "When outputs are bit-identical".
+// equal, llama.cpp became batch-invariant: update docs/server.md, "When outputs are bit-identical".
 TEST(Deterministic, WithoutItReuseMovesTheLogProbs) {
     ServerProcess server(args);
     EXPECT_FALSE(same_as_alone(server)[1]);

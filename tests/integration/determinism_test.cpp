@@ -7,7 +7,7 @@
 // - layout: the same bytes in other KV cells. Attention sums over cells in cell order and in
 //   chunks of cells, so a prefix adopted from another sequence (whose other cells then lie
 //   between the prefix and the new tokens) changes the logits, with every byte of state equal.
-// README "When outputs are bit-identical" states what follows for the server.
+// docs/server.md, "When outputs are bit-identical", states what follows for the server.
 #include <gtest/gtest.h>
 
 #include <llama.h>
@@ -126,7 +126,7 @@ TEST_F(Determinism, APromptTokenLeavesTheSameStateInAnyBatchButAGeneratedOneDoes
     Ctx one_by_one;
     for (std::size_t i = 0; i < x.size(); ++i) one_by_one.decode({x[i]}, static_cast<int>(i), 0);
     EXPECT_NE(one_by_one.state(0), alone)
-        << "a token decoded alone left the bytes of a batched one: update the README's "
+        << "a token decoded alone left the bytes of a batched one: update docs/server.md's "
            "\"When outputs are bit-identical\"";
 }
 
@@ -155,7 +155,7 @@ TEST_F(Determinism, TheSameStateInAnotherCellLayoutChangesTheLogits) {
     EXPECT_EQ(adopted.state(0), donor_state.state(0)) << "the adopted prefix's bytes differ";
     adopted.decode(y, static_cast<int>(x.size()), 0);
     EXPECT_FALSE(bit_equal(adopted.continue_greedily(end, 0, 16), reference))
-        << "the layout no longer changes the sums: update the README's \"When outputs are "
+        << "the layout no longer changes the sums: update docs/server.md's \"When outputs are "
            "bit-identical\"";
 
     // The same adoption, with the donor gone before y: y lands right after x, as when cold.

@@ -96,7 +96,7 @@ class Careless final : public BatchStrategy {
             saw_decoding = saw_decoding || d.decoding;
             saw_prefill = saw_prefill || d.prefill_left > 0;
         }
-        saw_budget = saw_budget || budget.max_tokens > 0;
+        saw_budget = saw_budget || budget.n_batch > 0;
         std::fill(take.begin(), take.end(), calls % 2 == 1 ? 0 : 100000);
     }
     int calls = 0;  // the decode thread is the only caller

@@ -391,7 +391,28 @@ TEST(Scheduler, KvPressureEvictsPlainIdleSequencesBeforeSessionsOldestFirst) {
     }
 }
 
-TEST(Scheduler, WhenNoCellIsLeftTheLongestRunningRequestYields) {
+TEST(Scheduler, ADeepReusedPrefixGivesTokensBackRatherThanLeaveAShortPrefill) {
+    SchedulerOptions o = options();
+    o.prefill_rows = 32;
+    const Scheduler scheduler(o);
+    EXPECT_EQ(scheduler.widened_reuse(1000, 990), std::optional<std::size_t>(968))
+        << "10 rows left: keep 968 so that 32 are computed";
+    EXPECT_EQ(scheduler.widened_reuse(1000, 999), std::nullopt)
+        << "one row takes the decode kernel";
+    EXPECT_EQ(scheduler.widened_reuse(1000, 960), std::nullopt) << "40 rows are enough already";
+    EXPECT_EQ(scheduler.widened_reuse(500, 490), std::nullopt) << "shallow: the slow path is cheap";
+    SchedulerOptions at_depth = o;
+    at_depth.widen_from_depth = 400;
+    EXPECT_EQ(Scheduler(at_depth).widened_reuse(500, 490), std::optional<std::size_t>(468));
+    SchedulerOptions no_trim = o;
+    no_trim.modes.trim_tail = false;
+    EXPECT_EQ(Scheduler(no_trim).widened_reuse(1000, 990), std::nullopt) << "cannot give back";
+    SchedulerOptions no_rule = o;
+    no_rule.prefill_rows = 0;
+    EXPECT_EQ(Scheduler(no_rule).widened_reuse(1000, 990), std::nullopt) << "not on this backend";
+}
+
+TEST(Scheduler, WhenNoCellIsLeftTheRequestHoldingTheMostCellsIsPreempted) {
     Scheduler scheduler(options());
     // Slot 0 is stuck with 20 cells; slot 1 runs with 900, slot 2 with 300, slot 3 is idle with
     // 2000 (idle sequences are evicted before this is asked).
@@ -399,39 +420,43 @@ TEST(Scheduler, WhenNoCellIsLeftTheLongestRunningRequestYields) {
                  {tokens(1, 900), 0s, "", "", true},
                  {tokens(1, 300), 0s, "", "", true},
                  {tokens(1, 2000), 0s}});
-    EXPECT_EQ(scheduler.yielding_request(slots.views, 0), 1);
-    EXPECT_EQ(scheduler.yielding_request(slots.views, 2), 1);
-    EXPECT_EQ(scheduler.yielding_request(slots.views, 1), 1);
+    EXPECT_EQ(scheduler.preemption_victim(slots.views, 0), 1);
+    EXPECT_EQ(scheduler.preemption_victim(slots.views, 2), 1);
+    EXPECT_EQ(scheduler.preemption_victim(slots.views, 1), 1);
     // A tie: the stuck request itself.
     Slots tie({{tokens(1, 50), 0s, "", "", true}, {tokens(1, 50), 0s, "", "", true}});
-    EXPECT_EQ(scheduler.yielding_request(tie.views, 0), 0);
-    EXPECT_EQ(scheduler.yielding_request(tie.views, 1), 1);
+    EXPECT_EQ(scheduler.preemption_victim(tie.views, 0), 0);
+    EXPECT_EQ(scheduler.preemption_victim(tie.views, 1), 1);
 }
 
-TEST(Scheduler, ARequestPausesOnlyIfItFitsTheSharedCellsAloneAndAnotherWillGiveCellsBack) {
+TEST(Scheduler, APreemptedRequestResumesOnlyIfItFitsTheSharedCellsAloneAndAnotherGivesCellsBack) {
     SchedulerOptions shared = options();
     shared.n_cells = shared.n_ctx_seq;  // 4096, shared by the slots
     SchedulerOptions own = options();
     own.n_cells = 4 * own.n_ctx_seq;  // each slot its own 4096
     Slots slots({{tokens(1, 900), 0s, "", "", true}, {tokens(1, 300), 0s, "", "", true}});
     slots.views[0].most_cells = 1200;  // prompt and max_tokens
-    EXPECT_TRUE(Scheduler(shared).pauses(slots.views, 0));
-    EXPECT_FALSE(Scheduler(own).pauses(slots.views, 0)) << "its cells are nobody else's room";
+    EXPECT_TRUE(Scheduler(shared).resumes_after_preemption(slots.views, 0));
+    EXPECT_FALSE(Scheduler(own).resumes_after_preemption(slots.views, 0))
+        << "its cells are nobody else's room";
     slots.views[0].most_cells = 0;
-    EXPECT_FALSE(Scheduler(shared).pauses(slots.views, 0)) << "no max_tokens: would fill it again";
+    EXPECT_FALSE(Scheduler(shared).resumes_after_preemption(slots.views, 0))
+        << "no max_tokens: would fill it again";
     slots.views[0].most_cells = 5000;
-    EXPECT_FALSE(Scheduler(shared).pauses(slots.views, 0)) << "does not fit alone";
+    EXPECT_FALSE(Scheduler(shared).resumes_after_preemption(slots.views, 0))
+        << "does not fit alone";
     slots.views[0].most_cells = 1200;
-    slots.views[1].paused = true;
-    EXPECT_FALSE(Scheduler(shared).pauses(slots.views, 0)) << "nobody else runs to give cells back";
+    slots.views[1].preempted = true;
+    EXPECT_FALSE(Scheduler(shared).resumes_after_preemption(slots.views, 0))
+        << "nobody else runs to give cells back";
 }
 
-TEST(Scheduler, PausedRequestsResumeOldestFirstWhileWhatTheyNeedFits) {
+TEST(Scheduler, PreemptedRequestsResumeOldestFirstWhileWhatTheyNeedFits) {
     SchedulerOptions o = options();
     o.n_cells = 1000;
     o.n_ctx_seq = 1000;
     Scheduler scheduler(o);
-    // Slot 0 runs holding 700 cells; slots 1-3 are paused, slot 3 the oldest; slot 4 is idle
+    // Slot 0 runs holding 700 cells; slots 1-3 are preempted, slot 3 the oldest; slot 4 is idle
     // (its cells can be evicted).
     Slots slots({{tokens(1, 700), 0s, "", "", true},
                  {{}, 0s, "", "", true},
@@ -440,19 +465,19 @@ TEST(Scheduler, PausedRequestsResumeOldestFirstWhileWhatTheyNeedFits) {
                  {tokens(1, 900), 0s}});
     const std::size_t needs[] = {0, 300, 150, 350};
     for (int i = 1; i <= 3; ++i) {
-        slots.views[i].paused = true;
+        slots.views[i].preempted = true;
         slots.views[i].cells_to_finish = needs[i];
         slots.views[i].admitted = t0 + std::chrono::seconds(10 - i);
     }
     std::vector<int> out;
-    scheduler.resuming(slots.views, out);
+    scheduler.resuming_preempted(slots.views, out);
     EXPECT_TRUE(out.empty()) << "the oldest needs 350 beside 700: it waits, and so do the younger";
     slots.views[0].cached = std::span<const Token>(slots.specs[0].cached).first(300);
-    scheduler.resuming(slots.views, out);
+    scheduler.resuming_preempted(slots.views, out);
     EXPECT_EQ(out, (std::vector<int>{3, 2})) << "300 + 350 + 150 fit, 300 more does not";
     slots.views[0].running = false;
     slots.views[3].cells_to_finish = 5000;  // cannot be: but alone, the oldest always starts
-    scheduler.resuming(slots.views, out);
+    scheduler.resuming_preempted(slots.views, out);
     EXPECT_EQ(out, (std::vector<int>{3}));
 }
 
@@ -524,7 +549,7 @@ TEST(Scheduler, ASequenceAboutToBeDroppedIsSavedOnlyWhenItsLostTailIsWorthACopy)
 // ---- queue bounds and deadlines -------------------------------------------------------------
 
 TEST(Scheduler, QueueBoundsCountRequestsAndTokensButLetALongPromptInAlone) {
-    const QueueBounds bounds{.max_requests = 4, .max_tokens = 1000};
+    const QueueBounds bounds{.max_requests = 4, .max_prompt_tokens = 1000};
     struct Case {
         std::size_t queued, queued_tokens, adding, tokens;
         bool fits;
