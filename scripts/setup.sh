@@ -7,7 +7,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 
-# Debian package names, pinned here and nowhere else. Why each is needed: README.md.
+# Debian package names, pinned here and nowhere else. Why each is needed: CONTRIBUTING.md.
 packages=(
   g++ cmake ninja-build ccache git pkg-config curl openssl
   libgtest-dev libgmock-dev libbenchmark-dev
@@ -34,6 +34,9 @@ export CCACHE_DIR=${CCACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/llamapp/ccache}
 # Paths differ between clones; base_dir makes ccache hits survive a fresh clone.
 export CCACHE_BASEDIR=${CCACHE_BASEDIR:-/}
 export CCACHE_NOHASHDIR=1
+# The server's and the CLI's precompiled headers (LLAMAPP_PCH): ccache caches the files that use
+# them only when told that the header's macros and time stamps may be taken as they are.
+export CCACHE_SLOPPINESS=${CCACHE_SLOPPINESS:-pch_defines,time_macros,include_file_mtime,include_file_ctime}
 # Configure on the first run, and again whenever the settings change (a new LLAMAPP_CMAKE_ARGS
 # would otherwise be ignored silently by an existing build tree).
 settings="$type|$llama_dir|${LLAMAPP_CMAKE_ARGS:-}"
