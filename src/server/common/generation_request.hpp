@@ -1,5 +1,6 @@
-// Internal: OpenAI request bodies checked field by field (type, range, known values) and turned
-// into engine requests. Every problem is an HttpException naming the field.
+// Internal: the neutral generation request every protocol parses into, and the parser of the
+// chat and completion bodies (OpenAI's shape, which the other protocols translate into), checked
+// field by field (type, range, known values). Every problem is an HttpException naming the field.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -24,7 +25,7 @@ struct RequestLimits {
     std::optional<Tokenizer> tokenizer;
 };
 
-// What /v1/completions and /v1/chat/completions share.
+// A generation as every protocol asks for it.
 inline constexpr int max_choices = 16;  // a request's n
 
 struct GenerationRequest {
