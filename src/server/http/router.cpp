@@ -233,7 +233,7 @@ void Router::configure(httplib::Server& listener) {
     // splitting that port's connections with the first.
     listener.set_socket_options(
         [](socket_t sock) { httplib::set_socket_opt(sock, SOL_SOCKET, SO_REUSEADDR, 1); });
-    listener.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
+    listener.set_logger([](const httplib::Request& req, const httplib::Response& res) {
         record_status(res.status);
         std::string fields = std::exchange(pending_log_fields(), {});
         // A streamed reply (SSE or NDJSON, with its request id) writes its own line at its end.
