@@ -19,6 +19,7 @@
 #include "core/log_internal.hpp"
 #include "core/sequence_memory.hpp"
 #include "support/paths.hpp"
+#include "support/raw_decode.hpp"
 
 namespace {
 
@@ -68,17 +69,7 @@ class Determinism : public ::testing::Test {
 
         // `t` on `seq` from position `pos`, in one batch.
         void decode(const Tokens& t, int pos, llama_seq_id seq) {
-            llama_batch b = llama_batch_init(static_cast<int>(t.size()), 0, 1);
-            for (std::size_t i = 0; i < t.size(); ++i) {
-                b.token[i] = t[i];
-                b.pos[i] = pos + static_cast<int>(i);
-                b.n_seq_id[i] = 1;
-                b.seq_id[i][0] = seq;
-                b.logits[i] = i + 1 == t.size();
-            }
-            b.n_tokens = static_cast<int>(t.size());
-            ASSERT_EQ(llama_decode(ctx, b), 0);
-            llama_batch_free(b);
+            ASSERT_EQ(llamapp::test::decode_at(ctx, t, pos, seq), 0);
         }
         std::vector<std::uint8_t> state(llama_seq_id seq) const {
             std::vector<std::uint8_t> s(llama_state_seq_get_size(ctx, seq));

@@ -11,6 +11,7 @@
 
 #include "core/log_internal.hpp"
 #include "support/paths.hpp"
+#include "support/raw_decode.hpp"
 
 namespace {
 
@@ -45,17 +46,7 @@ class SequenceContents : public ::testing::Test {
 
     // Writes `t` into the cells of `seq` from position `pos` (as the engine's decode does).
     void decode(const Tokens& t, int pos, int seq) {
-        llama_batch b = llama_batch_init(static_cast<int>(t.size()), 0, 1);
-        for (std::size_t i = 0; i < t.size(); ++i) {
-            b.token[i] = t[i];
-            b.pos[i] = pos + static_cast<int>(i);
-            b.n_seq_id[i] = 1;
-            b.seq_id[i][0] = seq;
-            b.logits[i] = i + 1 == t.size();
-        }
-        b.n_tokens = static_cast<int>(t.size());
-        ASSERT_EQ(llama_decode(ctx_, b), 0);
-        llama_batch_free(b);
+        ASSERT_EQ(llamapp::test::decode_at(ctx_, t, pos, seq), 0);
     }
     Tokens held(int seq) const {
         const auto t = memory_.tokens(seq);

@@ -57,6 +57,10 @@ Router::Router(const ServerOptions& options, const std::atomic<bool>& draining, 
 
 void Router::add(const Protocol& owner, Method method, const std::string& pattern,
                  httplib::Server::Handler handler, RouteOptions options) {
+    const bool first_of_owner = std::none_of(routes_.begin(), routes_.end(),
+                                             [&](const Route& r) { return r.owner == &owner; });
+    if (first_of_owner)
+        for (std::string& prefix : owner.path_prefixes()) prefixes_.emplace_back(prefix, &owner);
     routes_.push_back({method, pattern, std::move(handler), &owner, options});
     if (pattern.find(':') == std::string::npos) exact_routes_.emplace(pattern, routes_.size() - 1);
     install(*http_, routes_.back());
@@ -93,9 +97,8 @@ const Router::Route* Router::route_of(const std::string& path) const {
 
 const Protocol* Router::protocol_of(const std::string& path) const {
     if (const Route* r = route_of(path)) return r->owner;
-    for (const Route& r : routes_)
-        for (const std::string& prefix : r.owner->path_prefixes())
-            if (path.starts_with(prefix)) return r.owner;
+    for (const auto& [prefix, owner] : prefixes_)
+        if (path.starts_with(prefix)) return owner;
     return nullptr;
 }
 

@@ -81,6 +81,8 @@ class Router final : public Routes {
     std::vector<std::string> api_key_digests_;
     std::vector<Route> routes_;
     std::unordered_map<std::string, std::size_t> exact_routes_;  // path -> first route
+    // Each protocol's claimed path prefixes (Protocol::path_prefixes), taken at its first route.
+    std::vector<std::pair<std::string, const Protocol*>> prefixes_;
     std::unique_ptr<httplib::Server> http_ = make_listener();
     // The listeners of the other addresses of a comma-separated host: each serves every route.
     std::vector<std::unique_ptr<httplib::Server>> more_listeners_;
