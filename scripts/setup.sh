@@ -31,8 +31,10 @@ build=${LLAMAPP_BUILD_DIR:-$root/build}
 type=${LLAMAPP_BUILD_TYPE:-Release}
 
 export CCACHE_DIR=${CCACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/llamapp/ccache}
-# Paths differ between clones; base_dir makes ccache hits survive a fresh clone.
-export CCACHE_BASEDIR=${CCACHE_BASEDIR:-/}
+# Paths differ between clones: with the clone as base_dir, ccache sees the project's files by
+# their path relative to the build folder and llama.cpp's (in the user's cache, outside the clone)
+# by the same absolute path, so hits survive a fresh clone at any place and depth.
+export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$root}
 export CCACHE_NOHASHDIR=1
 # The server's and the CLI's precompiled headers (LLAMAPP_PCH): ccache caches the files that use
 # them only when told that the header's macros and time stamps may be taken as they are.
