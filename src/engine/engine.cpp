@@ -8,7 +8,7 @@
 #include "core/internals.hpp"
 #include "core/model_state.hpp"
 #include "engine/engine_core.hpp"
-#include "engine/persistence.hpp"
+#include "engine/kv_persistence.hpp"
 
 namespace llamapp {
 
@@ -91,7 +91,7 @@ Result<Engine> Engine::create(const Model& model, EngineOptions options) {
     ReuseModes modes = detail::context_state(*context).sequences.probe(
         model.tokenizer().vocab_size(), model.info().sliding_window);
     const int n_ctx_seq = detail::context_state(*context).n_ctx_seq();
-    auto persistence = detail::make_persistence(model, options, modes, n_ctx_seq);
+    auto persistence = detail::make_store_settings(model, options, modes, n_ctx_seq);
     if (!persistence) return std::unexpected(persistence.error());
     auto core = std::make_unique<detail::EngineCore>(std::move(*context), std::move(options),
                                                      std::move(*metrics), std::move(modes),
@@ -147,7 +147,7 @@ Result<std::unique_ptr<detail::Pending>> prepare(detail::EngineCore& s, EngineRe
     pending->channel =
         std::make_shared<detail::RequestChannel>(pending->id, o.cancel.child(), s.inbox());
     pending->request = std::move(request);
-    s.prefetch(*pending);  // disk reads happen here, not on the decode thread
+    s.persistence().prefetch(*pending);  // disk reads happen here, not on the decode thread
     return pending;
 }
 
@@ -239,19 +239,19 @@ std::vector<SessionInfo> Engine::sessions() const {
 
 Result<SlotSnapshot> Engine::save_slot(int slot, const std::string& scope) {
     detail::EngineCore& s = *core_;
-    if (!s.stores())
+    if (!s.persistence().stores())
         return fail(ErrorCode::unsupported_operation, "this engine has no KV store to save into");
     auto saved = s.on_idle_slot<SlotSnapshot>(slot, [&](detail::Slot& sl) -> Result<SlotSnapshot> {
         // Another scope's tokens are not this caller's to read: they look like an empty slot.
-        if (sl.scope != scope && !s.held(sl).empty())
+        if (sl.scope != scope && !s.slots().held(sl).empty())
             return fail(ErrorCode::invalid_argument, fmt::format("slot {} holds no tokens", sl.seq),
                         "slot");
-        return s.save_slot(sl);
+        return s.slot_actions().save(sl);
     });
     if (!saved) return saved;
     // The write happens on the store's writer thread; the caller waits for it, not the engine.
     const auto started = detail::Reply::Clock::now();
-    if (auto ok = s.wait_until_stored(saved->tokens, scope); !ok)
+    if (auto ok = s.persistence().wait_until_stored(saved->tokens, scope); !ok)
         return std::unexpected(ok.error());
     saved->ms += detail::ms_between(started, detail::Reply::Clock::now());
     return saved;
@@ -260,7 +260,7 @@ Result<SlotSnapshot> Engine::save_slot(int slot, const std::string& scope) {
 Result<SlotSnapshot> Engine::restore_slot(int slot, std::span<const Token> tokens,
                                           const std::string& scope) {
     detail::EngineCore& s = *core_;
-    if (!s.stores())
+    if (!s.persistence().stores())
         return fail(ErrorCode::unsupported_operation,
                     "this engine has no KV store to restore from");
     if (auto ok = detail::validate_prompt(s.model(), tokens); !ok)
@@ -269,19 +269,19 @@ Result<SlotSnapshot> Engine::restore_slot(int slot, std::span<const Token> token
         return fail(ErrorCode::context_overflow,
                     fmt::format("{} tokens do not fit a slot's {}", tokens.size(), s.n_ctx_seq()));
     // The file is read here, on the caller's thread.
-    const std::optional<detail::KvHit> hit = s.fetch_whole(tokens, scope);
+    const std::optional<detail::KvHit> hit = s.persistence().fetch_whole(tokens, scope);
     if (!hit)
         return fail(ErrorCode::not_found,
                     fmt::format("the KV store holds no state of these {} tokens for this model",
                                 tokens.size()));
     return s.on_idle_slot<SlotSnapshot>(
-        slot, [&](detail::Slot& sl) { return s.restore_slot(sl, *hit, scope); });
+        slot, [&](detail::Slot& sl) { return s.slot_actions().restore(sl, *hit, scope); });
 }
 
 Result<std::size_t> Engine::erase_slot(int slot) {
     detail::EngineCore& s = *core_;
     return s.on_idle_slot<std::size_t>(
-        slot, [&](detail::Slot& sl) -> Result<std::size_t> { return s.erase_slot(sl); });
+        slot, [&](detail::Slot& sl) -> Result<std::size_t> { return s.slot_actions().erase(sl); });
 }
 
 void Engine::shutdown(std::chrono::milliseconds grace) {

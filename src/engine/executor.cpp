@@ -1,8 +1,8 @@
-// One scheduling step: plan the batch, decode it (shrinking it under KV pressure), sample.
+#include "engine/executor.hpp"
+
 #include <algorithm>
 
 #include "core/log_internal.hpp"
-#include "engine/engine_core.hpp"
 
 namespace llamapp::detail {
 
@@ -14,9 +14,22 @@ double seconds(Reply::Clock::duration d) {
 
 }  // namespace
 
-void EngineCore::tick() {
+Executor::Executor(ContextState& state, Scheduler& scheduler, SlotTable& slots,
+                   KvPersistence& persistence, Delivery& delivery, EngineMetrics& metrics,
+                   const ReuseModes& modes)
+    : state_(state),
+      scheduler_(scheduler),
+      slots_(slots),
+      persistence_(persistence),
+      delivery_(delivery),
+      metrics_(metrics),
+      modes_(modes),
+      n_ctx_seq_(static_cast<std::size_t>(state.n_ctx_seq())),
+      batch_(state.n_batch()) {}
+
+void Executor::step(std::size_t queue_depth) {
     resume_preempted();
-    plan_rows();
+    plan_rows(queue_depth);
     if (rows_.empty()) return;
     if (scheduler_.options().separate_prompt_rows) {
         // Streams' tokens first, in a call of their own (EngineOptions::separate_prompt_rows).
@@ -32,7 +45,7 @@ void EngineCore::tick() {
     process_rows(0, rows_.size());
 }
 
-std::span<const StreamView> EngineCore::stream_views() {
+std::span<const StreamView> Executor::stream_views() {
     stream_views_.clear();  // reused every step: no allocation on the decode loop
     for (const Slot& s : slots_) {
         if (!s.running || s.running->preempted) continue;
@@ -42,7 +55,7 @@ std::span<const StreamView> EngineCore::stream_views() {
             {.slot = s.seq,
              .request = r.pending->id,
              .admitted = r.admitted,
-             .cached = held(s),
+             .cached = slots_.held(s),
              .prompt = r.prompt(),
              .next_prompt = r.next_prompt,
              .to_decode = r.to_decode,
@@ -54,22 +67,22 @@ std::span<const StreamView> EngineCore::stream_views() {
     return stream_views_;
 }
 
-void EngineCore::plan_rows() {
-    scheduler_.plan_step(stream_views(), queue_.size(), plan_);
-    for (int slot : plan_.waited) --slots_[static_cast<std::size_t>(slot)].running->draft_wait;
+void Executor::plan_rows(std::size_t queue_depth) {
+    scheduler_.plan_step(stream_views(), queue_depth, plan_);
+    for (int slot : plan_.waited) --slots_[slot].running->draft_wait;
 }
 
 // A row still takes part in the step: it is not a draft dropped for room, and it still belongs
 // to the request it was planned for (a failure earlier in this step may have ended that
 // request), which has not been preempted since. Halving a batch can leave a dropped draft beside
 // other rows, and its request must not be failed or rewound for their sake.
-bool EngineCore::live(const Row& row) const {
-    const Slot& s = slots_[static_cast<std::size_t>(row.slot)];
+bool Executor::live(const Row& row) const {
+    const Slot& s = slots_[row.slot];
     return !row.dropped && s.running && !s.running->preempted &&
            s.running->pending->id == row.request;
 }
 
-void EngineCore::process_rows(std::size_t begin, std::size_t end) {
+void Executor::process_rows(std::size_t begin, std::size_t end) {
     batch_.clear();
     const Row* first = nullptr;  // the first live row, and whether every live row shares its owner
     bool single_owner = true;
@@ -80,7 +93,7 @@ void EngineCore::process_rows(std::size_t begin, std::size_t end) {
         if (!first) first = &row;
         single_owner = single_owner && row.request == first->request;
         row.batch_index = batch_.batch.n_tokens;
-        batch_.add(row.token, row.pos, slots_[static_cast<std::size_t>(row.slot)].seq, row.logits);
+        batch_.add(row.token, row.pos, slots_[row.slot].seq, row.logits);
     }
     const int n = batch_.batch.n_tokens;
     if (n == 0) return;
@@ -89,13 +102,13 @@ void EngineCore::process_rows(std::size_t begin, std::size_t end) {
     const CancellationToken* owner_token = nullptr;
     Clock::time_point deadline = Clock::time_point::max();
     if (single_owner) {
-        const Pending& owner = *slots_[static_cast<std::size_t>(first->slot)].running->pending;
+        const Pending& owner = *slots_[first->slot].running->pending;
         owner_token = &owner.channel->cancel;
         deadline = owner.deadline;
     }
     auto ok = state_.decode(batch_.batch, owner_token, deadline, &stop_decoding_);
     metrics_.decode_calls->inc();
-    metrics_.llama_server.count_decode(busy_slots_.load(std::memory_order_relaxed));
+    metrics_.llama_server.count_decode(slots_.busy());
     if (ok) {
         metrics_.decoded_tokens->inc(n);
         metrics_.batch_size->observe(n);
@@ -105,7 +118,7 @@ void EngineCore::process_rows(std::size_t begin, std::size_t end) {
     const ErrorCode code = ok.error().code;
     if (code == ErrorCode::context_overflow) {
         metrics_.kv_pressure->inc();
-        if (drop_drafts(begin, end) || free_one_idle_sequence()) return process_rows(begin, end);
+        if (drop_drafts(begin, end) || persistence_.evict_idle()) return process_rows(begin, end);
         std::size_t live_rows = 0;
         for (std::size_t i = begin; i < end; ++i) live_rows += live(rows_[i]) ? 1 : 0;
         if (live_rows > 1) {
@@ -128,55 +141,55 @@ void EngineCore::process_rows(std::size_t begin, std::size_t end) {
     rollback(begin, end, owner_late ? deadline_passed() : ok.error(), code != ErrorCode::cancelled);
 }
 
-void EngineCore::rollback(std::size_t begin, std::size_t end, const Error& error,
-                          bool fail_requests) {
+void Executor::rollback(std::size_t begin, std::size_t end, const Error& error,
+                        bool fail_requests) {
     for (std::size_t i = begin; i < end; ++i) {
         if (!live(rows_[i])) continue;
-        Slot& s = slots_[static_cast<std::size_t>(rows_[i].slot)];
+        Slot& s = slots_[rows_[i].slot];
         if (!modes_.trim_tail || !state_.sequences.rewind_to_held(s.seq)) {
             // Recurrent state cannot be rewound: the request cannot continue.
-            clear_sequence(s);
+            slots_.clear(s);
             fail_requests = true;
         }
         if (fail_requests) {
             if (s.running->pending->channel->cancel.cancelled())
-                stop_running(s, FinishReason::cancelled);
+                delivery_.stop_running(s, FinishReason::cancelled);
             else if (error.code == ErrorCode::timeout || error.code == ErrorCode::cancelled)
-                stop_running(s, FinishReason::cancelled, error);
+                delivery_.stop_running(s, FinishReason::cancelled, error);
             else
-                stop_running(s, FinishReason::error, error);
+                delivery_.stop_running(s, FinishReason::error, error);
         }
     }
 }
 
-int EngineCore::preempt_for(int stuck) {
-    const auto views = slot_views();
+int Executor::preempt_for(int stuck) {
+    const auto views = slots_.views();
     const int victim = scheduler_.preemption_victim(views, stuck);
-    Slot& s = slots_[static_cast<std::size_t>(victim)];
+    Slot& s = slots_[victim];
     if (scheduler_.resumes_after_preemption(views, victim)) {
         preempt(s);
     } else if (s.running->reply().result().usage.completion_tokens > 0) {
-        stop_running(s, FinishReason::length);  // as if its context were full
-        save_before_losing(s, 0);
-        clear_sequence(s);
+        delivery_.stop_running(s, FinishReason::length);  // as if its context were full
+        persistence_.save_before_losing(s, 0);
+        slots_.clear(s);
     } else {
-        clear_sequence(s);
-        stop_running(s, FinishReason::error,
-                     Error{ErrorCode::context_overflow,
-                           "the KV cache is full: no room for this request's prompt",
-                           fmt::format("n_ctx={}", state_.n_ctx())});
+        slots_.clear(s);
+        delivery_.stop_running(s, FinishReason::error,
+                               Error{ErrorCode::context_overflow,
+                                     "the KV cache is full: no room for this request's prompt",
+                                     fmt::format("n_ctx={}", state_.n_ctx())});
     }
     return victim;
 }
 
-void EngineCore::preempt(Slot& slot) {
+void Executor::preempt(Slot& slot) {
     Running& r = *slot.running;
     if (r.to_decode != no_token) {  // a reply: all the sequence held, and the token to feed back
-        r.resumed.assign(held(slot).begin(), held(slot).end());
+        r.resumed = slots_.held_copy(slot);
         r.resumed.push_back(std::exchange(r.to_decode, no_token));
     }  // else still computing its prompt (or what it resumed with): it starts that again
-    save_before_losing(slot, 0);
-    clear_sequence(slot);
+    persistence_.save_before_losing(slot, 0);
+    slots_.clear(slot);
     r.next_prompt = 0;
     r.save_at = 0;
     r.preempted = true;
@@ -186,18 +199,13 @@ void EngineCore::preempt(Slot& slot) {
         r.pending->id, r.prompt().size());
 }
 
-bool EngineCore::any_preempted() const {
-    return std::any_of(slots_.begin(), slots_.end(),
-                       [](const Slot& s) { return s.running && s.running->preempted; });
+void Executor::resume_preempted() {
+    if (!slots_.any_preempted()) return;
+    scheduler_.resuming_preempted(slots_.views(), resuming_);
+    for (int seq : resuming_) slots_[seq].running->preempted = false;
 }
 
-void EngineCore::resume_preempted() {
-    if (!any_preempted()) return;
-    scheduler_.resuming_preempted(slot_views(), resuming_);
-    for (int seq : resuming_) slots_[static_cast<std::size_t>(seq)].running->preempted = false;
-}
-
-bool EngineCore::drop_drafts(std::size_t begin, std::size_t end) {
+bool Executor::drop_drafts(std::size_t begin, std::size_t end) {
     bool any = false;
     for (std::size_t i = begin; i < end; ++i) {
         Row& row = rows_[i];
@@ -210,20 +218,11 @@ bool EngineCore::drop_drafts(std::size_t begin, std::size_t end) {
     return any;
 }
 
-bool EngineCore::free_one_idle_sequence() {
-    const auto victim = scheduler_.eviction_victim(slot_views());
-    if (!victim) return false;
-    Slot& s = slots_[static_cast<std::size_t>(*victim)];
-    save_before_losing(s, 0);
-    clear_sequence(s);
-    return true;
-}
-
-void EngineCore::commit_rows(std::size_t begin, std::size_t end) {
+void Executor::commit_rows(std::size_t begin, std::size_t end) {
     for (std::size_t i = begin; i < end; ++i) {
         const Row& row = rows_[i];
         if (row.draft || row.batch_index < 0 || !live(row)) continue;  // drafts: see their lead
-        Slot& s = slots_[static_cast<std::size_t>(row.slot)];
+        Slot& s = slots_[row.slot];
         Running& r = *s.running;
         state_.sequences.append(s.seq, row.token);
         if (row.decode) {
@@ -235,39 +234,34 @@ void EngineCore::commit_rows(std::size_t begin, std::size_t end) {
             if (r.pending->request.report_progress && r.resumed.empty() &&
                 (row.logits || i + 1 == end || rows_[i + 1].slot != row.slot ||
                  rows_[i + 1].decode))
-                emit_prompt_progress(r);
+                delivery_.emit_prompt_progress(r);
         }
         if (!row.logits) continue;
         bool finished = sample(s, row.batch_index);
         if (row.drafts > 0) finished = accept_drafts(s, i, finished);
-        if (finished) conclude_running(s);
+        if (finished) delivery_.conclude_running(s);
     }
-    save_prefill_boundaries();
+    persistence_.save_prefill_boundaries();
 }
 
-bool EngineCore::sample(Slot& s, int batch_index) {
+bool Executor::sample(Slot& s, int batch_index) {
     Running& r = *s.running;
-    auto step = r.reply().advance(state_.ctx.get(), batch_index, held(s).size(),
-                                  static_cast<std::size_t>(n_ctx_seq_));
+    auto step = r.reply().advance(state_.ctx.get(), batch_index, slots_.held(s).size(), n_ctx_seq_);
     const auto now = Clock::now();
     if (r.last_token == Clock::time_point{}) {
         metrics_.ttft->observe(seconds(now - r.pending->submitted));
-        LifecycleEvent e;
-        e.request_id = r.pending->id;
-        e.stage = LifecycleStage::first_token;
-        e.session = r.pending->request.session;
-        notify(e);
+        delivery_.notify(LifecycleStage::first_token, *r.pending);
     } else {
         metrics_.inter_token->observe(seconds(now - r.last_token));
     }
     r.last_token = now;
     s.last_used = now;
-    emit(r, std::move(step.piece));
+    delivery_.emit(r, std::move(step.piece));
     if (!step.finished) r.to_decode = step.feed_back;
     return step.finished;
 }
 
-bool EngineCore::accept_drafts(Slot& s, std::size_t lead, bool finished) {
+bool Executor::accept_drafts(Slot& s, std::size_t lead, bool finished) {
     Running& r = *s.running;
     int decoded = 0;
     int accepted = 0;

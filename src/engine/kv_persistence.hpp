@@ -1,0 +1,88 @@
+// Internal: the engine's side of the KV store. Lookups run on the submitting thread (they may
+// read files); restores and saves on the decode thread, which only copies state bytes (the
+// store's writers do the I/O).
+#pragma once
+
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/sequence_memory.hpp"
+#include "engine/scheduler.hpp"
+#include "engine/slot_table.hpp"
+#include "kvstore/store_client.hpp"
+
+namespace llamapp::detail {
+
+// Which namespace the engine's snapshots live in, how to look them up and when to save.
+struct StoreSettings {
+    std::optional<KvStoreClient> store;  // empty: no store
+    KvNamespace ns;                      // scope left empty; set per request
+    SavePolicy policy;
+    KvLookup lookup;
+    bool prefix_reuse = true;  // EngineOptions::prefix_reuse: off, nothing is looked up
+
+    KvNamespace ns_for(const std::string& scope) const {
+        KvNamespace n = ns;
+        n.scope = scope;
+        return n;
+    }
+};
+
+// The model's fingerprint is computed here (once per file, then cached).
+Result<StoreSettings> make_store_settings(const Model& model, const EngineOptions& options,
+                                          const ReuseModes& modes, int n_ctx_seq);
+
+class KvPersistence {
+  public:
+    using Clock = Reply::Clock;
+    // The table, the memory and the scheduler outlive this object.
+    KvPersistence(StoreSettings settings, SlotTable& slots, SequenceMemory& memory,
+                  const Scheduler& scheduler, const ReuseModes& modes);
+
+    bool stores() const { return settings_.store.has_value(); }
+
+    // Any thread.
+    // Looks the prompt up and loads the best entry into `pending`; `refresh` (the decode thread,
+    // at admission) looks in RAM only.
+    void prefetch(Pending& pending, bool refresh = false) const;
+    // The stored entry holding all of `tokens`, loaded (file reads happen here).
+    std::optional<KvHit> fetch_whole(std::span<const Token> tokens, const std::string& scope) const;
+    // Whether the store serves all of `tokens`, written where its tiers are.
+    Result<void> wait_until_stored(std::span<const Token> tokens, const std::string& scope) const;
+    void flush() const;
+
+    // Decode thread.
+    // Restores a prefetched entry into `slot`; false leaves the slot empty.
+    bool restore(Slot& slot, const KvHit& hit);
+    // An idle sequence the scheduler picks gives its cells up (saved first where the policy
+    // asks); false when there is none.
+    bool evict_idle();
+    // What `slot` holds beyond its first `kept` tokens is about to go: takes the save the
+    // scheduler asks for (Scheduler::save_before_losing).
+    void save_before_losing(Slot& slot, std::size_t kept);
+    // Saves the running sequences whose prompt reached their save boundary.
+    void save_prefill_boundaries();
+    // A request on `slot` just finished: its finish save, now or deferred.
+    void finished(Slot& slot);
+    // When the deferred finish saves are due (only meaningful while one is pending).
+    Clock::time_point saves_due() const { return saves_due_; }
+    void take_deferred_saves();
+    void save_at_shutdown();
+    // Engine::save_slot: the slot's sequence as a store entry, within the store's own limits.
+    Result<SlotSnapshot> put(const Slot& slot);
+
+  private:
+    void save(Slot& slot, SaveReason reason);
+    std::int32_t kept_from(const Slot& slot) const;
+
+    const StoreSettings settings_;
+    SlotTable& slots_;
+    SequenceMemory& memory_;
+    const Scheduler& scheduler_;
+    const ReuseModes& modes_;
+    Clock::time_point saves_due_{};
+};
+
+}  // namespace llamapp::detail
