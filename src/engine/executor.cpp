@@ -118,27 +118,44 @@ void Executor::process_rows(std::size_t begin, std::size_t end) {
     const ErrorCode code = ok.error().code;
     if (code == ErrorCode::context_overflow) {
         metrics_.kv_pressure->inc();
-        if (drop_drafts(begin, end) || persistence_.evict_idle()) return process_rows(begin, end);
-        std::size_t live_rows = 0;
-        for (std::size_t i = begin; i < end; ++i) live_rows += live(rows_[i]) ? 1 : 0;
-        if (live_rows > 1) {
-            const std::size_t mid = begin + (end - begin) / 2;
-            process_rows(begin, mid);
-            process_rows(mid, end);
-            return;
-        }
-        for (std::size_t i = begin; i < end; ++i) {
-            if (!live(rows_[i])) continue;
-            const int stuck = rows_[i].slot;
-            if (preempt_for(stuck) != stuck) return process_rows(begin, end);
-        }
-        return;
+        return relieve_pressure(begin, end);
     }
     // Aborted (cancel, shutdown, per-decode budget, the owner's deadline) or failed: undo what
     // the call may have left in the cache. Cancelled requests are finished by the next reap;
     // others fail here.
     const bool owner_late = code == ErrorCode::timeout && Clock::now() >= deadline;
     rollback(begin, end, owner_late ? deadline_passed() : ok.error(), code != ErrorCode::cancelled);
+}
+
+// Gives room the way the scheduler says (Scheduler::relieve) and decodes the rows again.
+void Executor::relieve_pressure(std::size_t begin, std::size_t end) {
+    Scheduler::Pressure pressure;
+    for (std::size_t i = begin; i < end; ++i) {
+        pressure.drafts = pressure.drafts || (rows_[i].draft && !rows_[i].dropped);
+        pressure.live_rows += live(rows_[i]) ? 1 : 0;
+    }
+    pressure.idle_sequence = scheduler_.eviction_victim(slots_.views()).has_value();
+    switch (Scheduler::relieve(pressure)) {
+        case Scheduler::Relief::drop_drafts:
+            drop_drafts(begin, end);
+            return process_rows(begin, end);
+        case Scheduler::Relief::evict_idle:
+            persistence_.evict_idle();
+            return process_rows(begin, end);
+        case Scheduler::Relief::halve_batch: {
+            const std::size_t mid = begin + (end - begin) / 2;
+            process_rows(begin, mid);
+            process_rows(mid, end);
+            return;
+        }
+        case Scheduler::Relief::preempt:
+            for (std::size_t i = begin; i < end; ++i) {
+                if (!live(rows_[i])) continue;
+                const int stuck = rows_[i].slot;
+                if (preempt_for(stuck) != stuck) return process_rows(begin, end);
+            }
+            return;
+    }
 }
 
 void Executor::rollback(std::size_t begin, std::size_t end, const Error& error,
@@ -205,17 +222,14 @@ void Executor::resume_preempted() {
     for (int seq : resuming_) slots_[seq].running->preempted = false;
 }
 
-bool Executor::drop_drafts(std::size_t begin, std::size_t end) {
-    bool any = false;
+void Executor::drop_drafts(std::size_t begin, std::size_t end) {
     for (std::size_t i = begin; i < end; ++i) {
         Row& row = rows_[i];
         if (row.draft && !row.dropped) {
             row.dropped = true;
             row.batch_index = -1;
-            any = true;
         }
     }
-    return any;
 }
 
 void Executor::commit_rows(std::size_t begin, std::size_t end) {

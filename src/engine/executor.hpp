@@ -36,7 +36,8 @@ class Executor {
     void process_rows(std::size_t begin, std::size_t end);
     void commit_rows(std::size_t begin, std::size_t end);
     bool live(const Row& row) const;
-    bool drop_drafts(std::size_t begin, std::size_t end);  // false when there were none
+    void relieve_pressure(std::size_t begin, std::size_t end);
+    void drop_drafts(std::size_t begin, std::size_t end);
     void rollback(std::size_t begin, std::size_t end, const Error& error, bool fail_requests);
     // Samples output `batch_index` for the slot's request and streams the piece; true when the
     // reply is finished (the caller completes it).

@@ -345,6 +345,13 @@ void Scheduler::plan_step(std::span<const StreamView> streams, std::size_t queue
     }
 }
 
+Scheduler::Relief Scheduler::relieve(const Pressure& pressure) {
+    if (pressure.drafts) return Relief::drop_drafts;
+    if (pressure.idle_sequence) return Relief::evict_idle;
+    if (pressure.live_rows > 1) return Relief::halve_batch;
+    return Relief::preempt;
+}
+
 Scheduler::DraftBackoff Scheduler::after_drafts(int decoded, int accepted, DraftBackoff now) {
     if (decoded > 0 && accepted == 0)
         return {now.backoff, std::min(now.backoff * 2, max_draft_backoff)};

@@ -167,6 +167,16 @@ class Scheduler {
     // keep them all. Only where the cache trims, for a prefix at least widen_from_depth deep, and
     // not for a single row (it takes the decode kernel).
     std::optional<std::size_t> widened_reuse(std::size_t prompt_size, std::size_t reused) const;
+    // KV pressure: a decode found no cells for its rows. What gives room, cheapest loss first:
+    // the step's drafts (guesses), an idle sequence's cells (nobody waits on them), half of the
+    // batch (the other half is decoded after), and only then a running request's cells.
+    struct Pressure {
+        bool drafts = false;         // the rows still hold drafts
+        bool idle_sequence = false;  // eviction_victim names one
+        std::size_t live_rows = 0;   // rows still taking part
+    };
+    enum class Relief { drop_drafts, evict_idle, halve_batch, preempt };
+    static Relief relieve(const Pressure& pressure);
     // Where a fork of `source` goes: an idle unpinned slot, least recently used, else an idle
     // session's (which ends).
     std::optional<int> fork_target(std::span<const SlotView> slots, int source) const;

@@ -843,5 +843,20 @@ TEST(Scheduler, MissedDraftsBackOffDoublingAndAHitResetsIt) {
     EXPECT_EQ(b.backoff, Scheduler::max_draft_backoff);
 }
 
+TEST(Scheduler, KvPressureGivesUpDraftsThenIdleCellsThenHalfTheBatchThenARunningRequest) {
+    using R = Scheduler::Relief;
+    EXPECT_EQ(Scheduler::relieve({.drafts = true, .idle_sequence = true, .live_rows = 8}),
+              R::drop_drafts);
+    EXPECT_EQ(Scheduler::relieve({.drafts = false, .idle_sequence = true, .live_rows = 8}),
+              R::evict_idle);
+    EXPECT_EQ(Scheduler::relieve({.drafts = false, .idle_sequence = false, .live_rows = 2}),
+              R::halve_batch);
+    // One row that cannot fit: only a running request's cells are left to give.
+    EXPECT_EQ(Scheduler::relieve({.drafts = false, .idle_sequence = false, .live_rows = 1}),
+              R::preempt);
+    EXPECT_EQ(Scheduler::relieve({.drafts = true, .idle_sequence = false, .live_rows = 1}),
+              R::drop_drafts);
+}
+
 }  // namespace
 }  // namespace llamapp::detail
