@@ -55,12 +55,11 @@ void EngineCore::widen_short_prefill(Slot& slot, std::size_t prompt_size, CacheI
 CacheInfo EngineCore::take_reuse(Slot& slot, const Admission& admission,
                                  const std::optional<KvHit>& stored) {
     SequenceMemory& memory = state_.sequences;
-    auto held = [&](const Slot& s) { return slots_.held(s); };
     CacheInfo cache;
     cache.slot = slot.seq;
     if (admission.source == ReuseSource::stored && stored) {
         if (persistence_.restore(slot, *stored)) {
-            cache.reused_tokens = static_cast<int>(held(slot).size());
+            cache.reused_tokens = static_cast<int>(slots_.held(slot).size());
             cache.source = ReuseSource::stored;
             cache.tier = stored->entry.tier;
         }
@@ -72,13 +71,13 @@ CacheInfo EngineCore::take_reuse(Slot& slot, const Admission& admission,
             memory.copy_prefix(donor.seq, slot.seq, donated);
         } else {
             memory.copy_whole(donor.seq, slot.seq);
-            copied = donated == held(donor).size() || memory.trim(slot.seq, donated);
+            copied = donated == slots_.held(donor).size() || memory.trim(slot.seq, donated);
         }
         cache.reused_tokens = copied ? static_cast<int>(donated) : 0;
         cache.source = ReuseSource::other_slot;
     } else if (admission.source == ReuseSource::same_slot) {
         std::size_t own = admission.reuse_tokens;
-        if (own < held(slot).size() && !memory.trim(slot.seq, own)) own = 0;
+        if (own < slots_.held(slot).size() && !memory.trim(slot.seq, own)) own = 0;
         cache.reused_tokens = static_cast<int>(own);
         cache.source = own > 0 ? ReuseSource::same_slot : ReuseSource::none;
     }
@@ -86,7 +85,7 @@ CacheInfo EngineCore::take_reuse(Slot& slot, const Admission& admission,
     // is whole. (llama.cpp's contexts default to a full-size window cache, swa_full, which drops
     // nothing; this guards contexts made without it.)
     if (cache.reused_tokens == 0 ||
-        !memory.window_intact(slot.seq, held(slot).size(), modes_.sliding_window)) {
+        !memory.window_intact(slot.seq, slots_.held(slot).size(), modes_.sliding_window)) {
         slots_.clear(slot);
         cache.reused_tokens = 0;
         cache.source = ReuseSource::none;
