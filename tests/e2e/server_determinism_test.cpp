@@ -59,13 +59,17 @@ TEST(Deterministic, TheSameRequestGivesTheSameBitsWhateverRanBeforeOrBeside) {
     EXPECT_EQ(same_as_alone(server), std::vector<bool>({true, true, true}));
 }
 
-// What the mode is for: by default the same request's log-probs move (the text of this tiny
-// model happens to hold). Run again on its own cached slot, the prompt's last token is computed
-// alone, not as one row of many, and one row takes another kernel. If this starts to pass as
-// equal, llama.cpp became batch-invariant: update docs/server.md, "When outputs are bit-identical".
-TEST(Deterministic, WithoutItReuseMovesTheLogProbs) {
+// What the mode is for: by default the same request's log-probs move with what ran beside it and
+// what the cache held before it (the text of this tiny model happens to hold). Which of the three
+// runs moves depends on how the requests beside it were scheduled, so the test asks for any. If
+// this starts to pass as equal, llama.cpp became batch-invariant: update docs/server.md, "When
+// outputs are bit-identical".
+TEST(Deterministic, WithoutItConcurrencyOrReuseMovesTheLogProbs) {
     ServerProcess server(args);
-    EXPECT_FALSE(same_as_alone(server)[1]);
+    const auto same = same_as_alone(server);
+    std::string seen;
+    for (bool s : same) seen += s ? "same " : "moved ";  // beside, again, after a partial match
+    EXPECT_NE(same, std::vector<bool>({true, true, true})) << seen;
 }
 
 }  // namespace
