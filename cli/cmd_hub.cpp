@@ -203,6 +203,7 @@ Runner add_hub_commands(CLI::App& app) {
         ->required();
     p->add_flag("--offline", flags->offline, "only resolve from the cache");
     CLI::App* l = app.add_subcommand("ls", "the models in the hub cache, or a repository's files");
+    l->alias("list");  // Ollama's name for it
     l->add_option("repo", flags->ref, "owner/repo: list its GGUF files on the hub instead");
     l->add_option("--models-dir", flags->models_dir, "list a models directory's models too");
     CLI::App* r = app.add_subcommand("rm", "remove a model (or a whole repository) from the cache");

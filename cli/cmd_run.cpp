@@ -25,6 +25,7 @@ struct RunFlags {
     DraftFlags draft;
     std::string prompt;
     std::string prompt_file;
+    std::vector<std::string> words;  // `run [MODEL] [PROMPT]`, as `ollama run` takes them
     int n_predict = 128;
     std::vector<std::string> stop;
     bool ignore_eos = false;
@@ -169,6 +170,24 @@ int run_chat(Engine& engine, const Model& model, const RunFlags& flags,
     return 0;
 }
 
+// `run MODEL PROMPT`: the first word is the model unless -m or -hf named one, the next the
+// prompt; either may also come as a flag, not both.
+Result<void> take_words(RunFlags& flags) {
+    auto word = flags.words.begin();
+    const bool model_flag = !flags.common.model_path.empty() || !flags.common.hf_refs.empty();
+    if (word != flags.words.end() && !model_flag) flags.common.model_path = *word++;
+    if (word != flags.words.end()) {
+        if (!flags.prompt.empty() || !flags.prompt_file.empty())
+            return fail(ErrorCode::invalid_argument,
+                        "the prompt is given twice: as a word and with -p or -f", *word);
+        flags.prompt = *word++;
+    }
+    if (word != flags.words.end())
+        return fail(ErrorCode::invalid_argument,
+                    "run takes MODEL and PROMPT; quote a prompt of several words", *word);
+    return {};
+}
+
 // The prompt and the generation options from the flags.
 Result<std::pair<std::string, GenerateOptions>> run_inputs(const RunFlags& flags) {
     auto sampling = sampling_params(flags.sampling);
@@ -213,10 +232,14 @@ int run_once(Engine& engine, const RunFlags& flags, std::string prompt, Generate
         print_summary(*done);
     }
     if (result.finish_reason == FinishReason::error) return report(*result.error);
+    // Interrupted is not success: 128 + SIGINT, what shells report for a Ctrl-C'd command, so a
+    // script can tell the two apart.
+    if (cancel.cancelled()) return 128 + SIGINT;
     return 0;
 }
 
-int run(const RunFlags& flags) {
+int run(RunFlags& flags) {
+    if (auto ok = take_words(flags); !ok) return report(ok.error());
     auto inputs = run_inputs(flags);
     if (!inputs) return report(inputs.error());
     auto& [prompt, options] = *inputs;
@@ -251,6 +274,10 @@ Runner add_run(CLI::App& app) {
     add_constraints(*cmd, flags->sampling);
     add_cache(*cmd, flags->cache);
     add_draft(*cmd, flags->draft);
+    cmd->add_option("words", flags->words,
+                    "MODEL (a file, a name from `llamapp ls`, or a hub owner/repo[:QUANT]) and "
+                    "PROMPT, instead of -m and -p")
+        ->expected(0, 2);
     cmd->add_option("-p,--prompt", flags->prompt, "prompt text (default: a story opening)");
     cmd->add_option("-f,--file", flags->prompt_file, "read the prompt from a file");
     add_llama_option(*cmd, "--n-predict", flags->n_predict,

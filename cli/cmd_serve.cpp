@@ -258,9 +258,10 @@ void add_serve_options(CLI::App& cmd, ServeFlags& flags) {
                      "serve POST /slots/{id}?action=save|restore|erase: a saved slot is a KV "
                      "store entry, named by a file here; without --cache-disk this directory "
                      "is the store's disk tier too");
-    cmd.add_flag("--accept-any-model", s.accept_any_model,
+    cmd.add_flag("--accept-any-model,!--no-accept-any-model", s.accept_any_model,
                  "with one model, serve it whatever \"model\" a request names, as llama-server "
-                 "does (default: 404 for an unknown name)")
+                 "does (the default; Ollama's routes keep exact names); --no-accept-any-model: "
+                 "404 for an unknown name")
         ->envname("LLAMAPP_ACCEPT_ANY_MODEL");
     add_llama_switch(cmd, "--metrics", flags.metrics, "no effect: /metrics is always served");
     add_llama_switch(cmd, "--cont-batching", flags.cont_batching,

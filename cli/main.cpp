@@ -8,6 +8,7 @@
 #include "commands.hpp"
 #include "llama_flags.hpp"
 #include "options.hpp"
+#include "usage.hpp"
 
 int main(int argc, char** argv) {
     using namespace llamapp::cli;
@@ -39,10 +40,11 @@ int main(int argc, char** argv) {
         if (auto ok = refuse_unsupported(*app.get_subcommand("serve"), given); !ok)
             return report(ok.error());
     }
+    if (const int status = refuse_unknown_command(app, args)) return status;
     try {
         app.parse(args);
     } catch (const CLI::ParseError& e) {
-        return app.exit(e);
+        return report_parse_error(app, e);
     }
     for (const auto* sub : app.get_subcommands()) {
         auto it = runners.find(sub->get_name());

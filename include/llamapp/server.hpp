@@ -36,8 +36,10 @@ struct ServerOptions {
     // goes into the KV store as an entry like any other, and a small file here names it. Empty:
     // the actions are refused.
     std::filesystem::path slot_save_path;
-    // A server of one model serves it whatever name a request gives, as llama-server does.
-    bool accept_any_model = false;
+    // A server of one model serves it whatever name a request gives, as llama-server does (an
+    // OpenAI client's "gpt-4", Claude Code's "claude-…"); the reply names the real model.
+    // Ollama's routes keep exact names: a 404 is what makes its clients pull.
+    bool accept_any_model = true;
     // No model was named when it started (llama-server's router mode): GET /props without
     // ?model= describes the server (role "router", max_instances, models_autoload), and
     // accept_any_model does not apply, since no one model is the server's.

@@ -56,8 +56,22 @@ Result<void> check_name(const std::string& name, const char* what) {
                 fmt::format("a model {} is 1 to 128 letters, digits and . _ - : /", what), name);
 }
 
-Error not_known(const std::string& name) {
-    return Error{ErrorCode::not_found, fmt::format("the model '{}' does not exist", name), name};
+// Says which names would have worked, so a 404 is the last step to the right name. Lock held.
+Error not_known(const ManagerState& s, const std::string& name) {
+    constexpr std::size_t shown = 8;
+    std::string known;
+    std::size_t listed = 0;
+    for (const auto& [id, entry] : s.entries) {
+        if (listed == shown) break;
+        known += fmt::format("{}'{}'", listed++ == 0 ? "" : ", ", id);
+    }
+    if (s.entries.size() > shown) known += fmt::format(" and {} more", s.entries.size() - shown);
+    const std::string message =
+        s.entries.empty()
+            ? fmt::format("the model '{}' does not exist: this server has no models", name)
+            : fmt::format("the model '{}' does not exist; known: {} (GET /v1/models lists them)",
+                          name, known);
+    return Error{ErrorCode::not_found, message, name};
 }
 
 }  // namespace
@@ -186,7 +200,7 @@ Result<void> ModelManager::remove(const std::string& name) {
     ManagerState& s = *state_;
     std::unique_lock lock(s.mutex);
     ModelEntry* e = s.find(name);
-    if (!e) return std::unexpected(not_known(name));
+    if (!e) return std::unexpected(not_known(s, name));
     if (e->status == ModelStatus::loading || e->status == ModelStatus::unloading)
         return fail(ErrorCode::busy, "the model is loading or unloading", e->spec.id);
     if (e->status == ModelStatus::ready) {
@@ -212,7 +226,7 @@ Result<void> ModelManager::add_alias(const std::string& name, const std::string&
     if (auto ok = check_name(alias, "alias"); !ok) return ok;
     std::lock_guard lock(state_->mutex);
     ModelEntry* e = state_->find(name);
-    if (!e) return std::unexpected(not_known(name));
+    if (!e) return std::unexpected(not_known(*state_, name));
     if (state_->find(alias))
         return fail(ErrorCode::already_exists, fmt::format("the model '{}' exists already", alias),
                     alias);
@@ -235,7 +249,7 @@ Result<void> ModelManager::remove_alias(const std::string& alias) {
 Result<void> ModelManager::set_default(const std::string& name) {
     std::lock_guard lock(state_->mutex);
     ModelEntry* e = state_->find(name);
-    if (!e) return std::unexpected(not_known(name));
+    if (!e) return std::unexpected(not_known(*state_, name));
     state_->default_id = e->spec.id;
     return {};
 }
@@ -243,7 +257,7 @@ Result<void> ModelManager::set_default(const std::string& name) {
 Result<void> ModelManager::load(const std::string& name) {
     std::unique_lock lock(state_->mutex);
     ModelEntry* e = state_->find(name);
-    if (!e) return std::unexpected(not_known(name));
+    if (!e) return std::unexpected(not_known(*state_, name));
     return state_->start_load(lock, *e);
 }
 
@@ -253,7 +267,7 @@ Result<ModelLease> ModelManager::acquire(const std::string& name,
     ManagerState& s = *state_;
     std::unique_lock lock(s.mutex);
     ModelEntry* e = s.find(name);
-    if (!e) return std::unexpected(not_known(name));
+    if (!e) return std::unexpected(not_known(s, name));
     e->keep_alive = keep_alive;  // the last use decides, as Ollama's requests do
     for (;;) {
         switch (e->status) {
@@ -300,7 +314,7 @@ Result<void> ModelManager::unload(const std::string& name,
     ManagerState& s = *state_;
     std::unique_lock lock(s.mutex);
     ModelEntry* e = s.find(name);
-    if (!e) return std::unexpected(not_known(name));
+    if (!e) return std::unexpected(not_known(s, name));
     if (e->status != ModelStatus::ready)
         return fail(ErrorCode::busy,
                     fmt::format("the model is {}, not ready", to_string(e->status)), e->spec.id);
@@ -339,7 +353,7 @@ std::vector<ModelListing> ModelManager::list() const {
 Result<ModelListing> ModelManager::find(const std::string& name) const {
     std::lock_guard lock(state_->mutex);
     const ModelEntry* e = state_->find(name);
-    if (!e) return std::unexpected(not_known(name));
+    if (!e) return std::unexpected(not_known(*state_, name));
     return state_->listing(*e);
 }
 

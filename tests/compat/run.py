@@ -102,8 +102,6 @@ def run_suite(server: Path, suite: Path, files: list, work: Path, cache: Path) -
         "LLAMA_CACHE": str(cache),
         "PYTHONPATH": str(work) + os.pathsep + env.get("PYTHONPATH", ""),
         "PYTHONDONTWRITEBYTECODE": "1",
-        # llamapp's switch for llama-server's behaviour: any model name reaches the one model.
-        "LLAMAPP_ACCEPT_ANY_MODEL": "1",
     })
     env.setdefault("PORT", "18480")  # the suite's port; 8080 is too often taken
     outcomes = {}

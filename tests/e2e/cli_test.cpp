@@ -37,6 +37,43 @@ TEST(Cli, RunPrintsTheGoldenGreedyText) {
     EXPECT_EQ(r.out.rfind("Once upon a time, there was a little girl named Lily.", 0), 0u) << r.out;
 }
 
+// `run MODEL PROMPT` as `ollama run` takes them; with -m the one word is the prompt.
+TEST(Cli, RunTakesTheModelAndThePromptAsWords) {
+    for (const std::string& args :
+         {stories() + " 'Once upon a time'", "-m " + stories() + " 'Once upon a time'"}) {
+        CliRun r = run("run " + args + " -n 30 --temp 0", false);
+        ASSERT_EQ(r.status, 0) << args << "\n" << r.out;
+        EXPECT_EQ(r.out.rfind("Once upon a time, there was a little girl named Lily.", 0), 0u)
+            << r.out;
+    }
+    CliRun twice = run("run " + stories() + " hi -p hello");
+    EXPECT_EQ(twice.status, 1) << twice.out;
+    EXPECT_NE(twice.out.find("the prompt is given twice"), std::string::npos) << twice.out;
+}
+
+// A mistyped command or option says what was probably meant, in llamapp's error form, with the
+// status of a usage error.
+TEST(Cli, UsageErrorsSayWhatWasMeant) {
+    const std::pair<std::string, std::string> cases[] = {
+        {"serv", "unknown command 'serv'; did you mean 'serve'?"},
+        {"bogus", "unknown command 'bogus'; `llamapp --help` lists the commands"},
+        {"serve --prot 18500", "unknown option --prot; did you mean --port?"},
+        {"run --tmep 0.5", "unknown option --tmep; did you mean --temp?"},
+        {"run a b c", "see `llamapp run --help`"},
+        {"ps --port x", "--port"},
+    };
+    for (const auto& [args, said] : cases) {
+        CliRun r = run(args);
+        EXPECT_EQ(r.status, 2) << args << "\n" << r.out;
+        EXPECT_EQ(r.out.rfind("error: ", 0), 0u) << args << "\n" << r.out;
+        EXPECT_NE(r.out.find(said), std::string::npos) << args << "\n" << r.out;
+        EXPECT_NE(r.out.find("[invalid_argument]"), std::string::npos) << args << "\n" << r.out;
+        EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << args << "\n" << r.out;
+    }
+    EXPECT_EQ(run("--help").status, 0);
+    EXPECT_EQ(run("list").status, 0);  // Ollama's name for `ls`
+}
+
 TEST(Cli, RunJsonHasUsageAndTimings) {
     CliRun r = run("run -m " + stories() + " -p 'The cat' -n 12 --temp 0 --json", false);
     ASSERT_EQ(r.status, 0) << r.out;
@@ -141,6 +178,19 @@ TEST(Cli, ErrorsAreOneLineAndNonZero) {
         EXPECT_NE(r.out.find("error: "), std::string::npos) << args << "\n" << r.out;
         EXPECT_NE(r.out.find(code), std::string::npos) << args << "\n" << r.out;
     }
+}
+
+// Ctrl-C stops a one-shot run; its exit status is 130, as a shell reports an interrupted
+// command, so a script can tell a cancel from a reply. The run would otherwise go on for a
+// minute (a large context, no end of generation); SIGINT goes once output has appeared.
+TEST(Cli, AnInterruptedRunExitsWith130) {
+    const std::string script =
+        "out=$(mktemp); " + llamapp::test::binary("llamapp").string() + " run -m " + stories() +
+        " -p Once -c 65536 -n -1 --ignore-eos >$out 2>&1 & pid=$!; "
+        "until grep -q Once $out || ! kill -0 $pid 2>/dev/null; do sleep 0.05; done; "
+        "kill -INT $pid; wait $pid; echo \"exit=$?\"; rm -f $out";
+    const CliRun r = llamapp::test::run_command("bash -c '" + script + "'");
+    EXPECT_NE(r.out.find("exit=130"), std::string::npos) << r.out;
 }
 
 TEST(Cli, InfoTokenizeEmbedDevices) {

@@ -25,14 +25,6 @@ namespace {
 using json = nlohmann::json;
 using namespace llamapp::test;
 
-json post(httplib::Client& c, const std::string& path, const json& body, int status = 200) {
-    auto r = c.Post(path, body.dump(), "application/json");
-    EXPECT_TRUE(r) << path;
-    if (!r) return {};
-    EXPECT_EQ(r->status, status) << path << ": " << r->body;
-    return json::parse(r->body, nullptr, false);
-}
-
 // Sets an environment variable for one scope (the server child inherits it).
 class ScopedEnv {
   public:
@@ -96,20 +88,20 @@ TEST(LlamaServerFlags, ItsCommandLineSetsTheDefaultsOfEveryRequest) {
                           "--no-jinja"});
     auto c = server.client();
     const json prompt_only = {{"prompt", "Once upon a time"}};
-    const json first = post(c, "/v1/completions", prompt_only);
+    const json first = post_json(c, "/v1/completions", prompt_only);
     EXPECT_EQ(first["usage"]["completion_tokens"], 5) << first.dump();
     // --temp 0 is greedy: the same text again, and the same as a request asking for it.
-    EXPECT_EQ(post(c, "/v1/completions", prompt_only)["choices"][0]["text"],
+    EXPECT_EQ(post_json(c, "/v1/completions", prompt_only)["choices"][0]["text"],
               first["choices"][0]["text"]);
     json explicit_greedy = prompt_only;
     explicit_greedy["temperature"] = 0;
     explicit_greedy["max_tokens"] = 5;
-    EXPECT_EQ(post(c, "/v1/completions", explicit_greedy)["choices"][0]["text"],
+    EXPECT_EQ(post_json(c, "/v1/completions", explicit_greedy)["choices"][0]["text"],
               first["choices"][0]["text"]);
     // A field the request gives wins over the flag.
     json three = prompt_only;
     three["max_tokens"] = 3;
-    EXPECT_EQ(post(c, "/v1/completions", three)["usage"]["completion_tokens"], 3);
+    EXPECT_EQ(post_json(c, "/v1/completions", three)["usage"]["completion_tokens"], 3);
 
     // --alias: the first name in alphabetical order is the id, every name routes.
     const json models = get_json(c, "/v1/models");
@@ -120,7 +112,7 @@ TEST(LlamaServerFlags, ItsCommandLineSetsTheDefaultsOfEveryRequest) {
     EXPECT_EQ(tiny["tags"], json({"chat", "small"}));
     json chat = chat_body(4);
     chat["model"] = "tinyllama-2";
-    EXPECT_EQ(post(c, "/v1/chat/completions", chat)["model"], "code");
+    EXPECT_EQ(post_json(c, "/v1/chat/completions", chat)["model"], "code");
 }
 
 // LLAMA_ARG_* variables do what their flags do; a flag on the command line wins.
@@ -135,7 +127,7 @@ TEST(LlamaServerFlags, TheEnvironmentSetsWhatTheFlagsSet) {
     EXPECT_EQ(c.Post("/v1/completions", body.dump(), "application/json")->status, 401);
     for (const char* key : {"first", "second"}) {
         c.set_bearer_token_auth(key);
-        EXPECT_EQ(post(c, "/v1/completions", body)["usage"]["completion_tokens"], 2) << key;
+        EXPECT_EQ(post_json(c, "/v1/completions", body)["usage"]["completion_tokens"], 2) << key;
     }
     EXPECT_EQ(get_json(c, "/v1/models")["data"][0]["meta"]["n_ctx"], 256);
 }
@@ -149,7 +141,7 @@ TEST(LlamaServerFlags, TheReasoningBudgetClosesTheThinking) {
                           llama_source("models/templates/Qwen-QwQ-32B.jinja").string()});
     auto c = server.client();
     json body = chat_body(32);
-    const json m = post(c, "/v1/chat/completions", body)["choices"][0]["message"];
+    const json m = post_json(c, "/v1/chat/completions", body)["choices"][0]["message"];
     EXPECT_NE(m.value("reasoning_content", "").find("Time to answer."), std::string::npos) << m;
     EXPECT_FALSE(m["content"].get<std::string>().empty()) << m;
     // reasoning_format none (llama-server's --reasoning-format none): the thinking stays in the
@@ -157,13 +149,13 @@ TEST(LlamaServerFlags, TheReasoningBudgetClosesTheThinking) {
     json inline_thinking = body;
     inline_thinking["reasoning_format"] = "none";
     const json in_content =
-        post(c, "/v1/chat/completions", inline_thinking)["choices"][0]["message"];
+        post_json(c, "/v1/chat/completions", inline_thinking)["choices"][0]["message"];
     EXPECT_FALSE(in_content.contains("reasoning_content")) << in_content;
     EXPECT_NE(in_content["content"].get<std::string>().find("Time to answer.</think>"),
               std::string::npos)
         << in_content;
     body["reasoning_budget_tokens"] = -1;  // unlimited: the thinking takes every token
-    const json unlimited = post(c, "/v1/chat/completions", body)["choices"][0]["message"];
+    const json unlimited = post_json(c, "/v1/chat/completions", body)["choices"][0]["message"];
     EXPECT_EQ(unlimited["content"], "") << unlimited;
 }
 
@@ -272,17 +264,17 @@ TEST(LlamaServerFlags, VertexAiPredictionsRunEachInstanceThroughItsRoute) {
         {"@requestFormat", "/completion"}, {"prompt", "Once upon a time"}, {"n_predict", 4}};
     const json unknown = {{"@requestFormat", "noSuchRoute"}};
     const json bad = {{"@requestFormat", "chatCompletions"}, {"max_tokens", -3}};
-    const json r =
-        post(c, "/predict", {{"instances", {as_instance, native, unknown, bad, "not an object"}}});
+    const json r = post_json(c, "/predict",
+                             {{"instances", {as_instance, native, unknown, bad, "not an object"}}});
     ASSERT_EQ(r["predictions"].size(), 5u) << r.dump();
     const json& p = r["predictions"];
     EXPECT_EQ(p[0]["choices"][0]["message"],
-              post(c, "/v1/chat/completions", chat)["choices"][0]["message"]);
+              post_json(c, "/v1/chat/completions", chat)["choices"][0]["message"]);
     EXPECT_EQ(p[1]["tokens_predicted"], 4);
     for (int i : {2, 3, 4}) EXPECT_TRUE(p[i]["error"]["message"].is_string()) << p[i].dump();
     EXPECT_EQ(p[3]["error"]["param"], "max_tokens");
-    post(c, "/predict", {{"instances", "none"}}, 400);
-    post(c, "/predict", {{"other", json::array()}}, 400);
+    post_json(c, "/predict", {{"instances", "none"}}, 400);
+    post_json(c, "/predict", {{"other", json::array()}}, 400);
 }
 
 // llama-server's comma-separated --host: every address at the same port, each serving every
@@ -311,7 +303,7 @@ TEST(LlamaServerFlags, EveryAddressOfACommaListedHostServes) {
         ASSERT_TRUE(health) << host;
         EXPECT_EQ(health->status, 200) << host;
         const json body = {{"prompt", "Once upon a time"}, {"max_tokens", 3}};
-        EXPECT_EQ(post(c, "/v1/completions", body)["usage"]["completion_tokens"], 3) << host;
+        EXPECT_EQ(post_json(c, "/v1/completions", body)["usage"]["completion_tokens"], 3) << host;
         c.set_bearer_token_auth("wrong");
         EXPECT_EQ(c.Post("/v1/completions", body.dump(), "application/json")->status, 401);
     }
@@ -334,7 +326,7 @@ TEST(LlamaServerFlags, TemplateVariablesFromTheCommandLineReachEveryChat) {
     auto rendered = [&](const json& extra) {
         json body = {{"messages", {{{"role", "user"}, {"content", "hi"}}}}};
         if (extra.is_object()) body.update(extra);
-        return post(c, "/apply-template", body)["prompt"].get<std::string>();
+        return post_json(c, "/apply-template", body)["prompt"].get<std::string>();
     };
     // The later flag wins over the object's key of the same name, as in llama-server.
     EXPECT_NE(rendered(json::object()).find("Reasoning: high"), std::string::npos);
@@ -366,21 +358,21 @@ TEST(LlamaServerFlags, WithoutAModelTheServerIsARouter) {
     const json chat = {{"model", "tale"},
                        {"messages", {{{"role", "user"}, {"content", "Hi"}}}},
                        {"max_tokens", 2}};
-    const json refused = post(c, "/v1/chat/completions", chat, 400);
+    const json refused = post_json(c, "/v1/chat/completions", chat, 400);
     EXPECT_NE(refused["error"]["message"].get<std::string>().find("not loaded"), std::string::npos)
         << refused;
-    post(c, "/models/load", {{"model", "tale"}}, 202);
+    post_json(c, "/models/load", {{"model", "tale"}}, 202);
     EXPECT_TRUE(eventually([&] {
         auto r = c.Get("/models/tale");
         return r && json::parse(r->body)["status"] == "ready";
     }));
-    EXPECT_EQ(post(c, "/v1/chat/completions", chat)["usage"]["completion_tokens"], 2);
+    EXPECT_EQ(post_json(c, "/v1/chat/completions", chat)["usage"]["completion_tokens"], 2);
 
     json unknown = chat;
     unknown["model"] = "non-existent/model";
-    post(c, "/v1/chat/completions", unknown, 404);
+    post_json(c, "/v1/chat/completions", unknown, 404);
     unknown["stream"] = true;
-    post(c, "/v1/chat/completions", unknown, 404);
+    post_json(c, "/v1/chat/completions", unknown, 404);
 
     // Only a model pulled from the hub has files to delete (CliHub deletes one).
     EXPECT_EQ(c.Delete("/models?model=tale")->status, 400);

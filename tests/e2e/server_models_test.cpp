@@ -73,6 +73,10 @@ TEST(ServerModels, RequestsAreRoutedByModelAndADirectoryIsServedOnDemand) {
     auto unknown = c.Post("/v1/completions", completion("nope").dump(), "application/json");
     expect_error_shape(unknown, 404, "an unknown model");
     EXPECT_EQ(json::parse(unknown->body)["error"]["code"], "model_not_found");
+    // With several models no one is the server's: the 404 says which names would have worked.
+    const std::string said = json::parse(unknown->body)["error"]["message"];
+    for (const char* known : {"'qwen3-tiny'", "'stories'", "'llama-tiny'", "/v1/models"})
+        EXPECT_NE(said.find(known), std::string::npos) << said;
     auto broken = c.Post("/v1/chat/completions",
                          json{{"model", "broken"}, {"messages", chat_body()["messages"]}}.dump(),
                          "application/json");
@@ -97,6 +101,35 @@ TEST(ServerModels, RequestsAreRoutedByModelAndADirectoryIsServedOnDemand) {
     const json health = get_json(c, "/health/ready");
     EXPECT_EQ(health["status"], "ok");
     EXPECT_EQ(health["models"].size(), 4u);
+}
+
+// A server of one model answers whatever name an OpenAI or Anthropic client sends ("gpt-4",
+// "claude-…") with it, as llama-server does, and says which model answered; Ollama's routes keep
+// exact names (a 404 is what makes its clients pull), and --no-accept-any-model restores the 404.
+TEST(ServerModels, AServerOfOneModelAnswersAnyNameButOllamasRoutesAndWhenToldNot) {
+    const std::string model = shared_model("stories260K.gguf").string();
+    ServerProcess lenient({"-m", model, "-c", "256", "-t", "2"});
+    auto c = lenient.client();
+    const json chat = {{"messages", {{{"role", "user"}, {"content", "Hi"}}}}, {"max_tokens", 2}};
+    json openai = chat;
+    openai["model"] = "gpt-4";
+    EXPECT_EQ(post_json(c, "/v1/chat/completions", openai)["model"], "stories260K");
+    json anthropic = chat;
+    anthropic["model"] = "claude-sonnet-4-5";
+    EXPECT_EQ(post_json(c, "/v1/messages", anthropic)["model"], "stories260K");
+    json ollama = chat;
+    ollama["model"] = "llama3.2";
+    ollama["stream"] = false;
+    const json refused = post_json(c, "/api/chat", ollama, 404);
+    EXPECT_NE(refused.value("error", "").find("'stories260K'"), std::string::npos) << refused;
+
+    ServerProcess strict({"-m", model, "-c", "256", "-t", "2", "--no-accept-any-model"});
+    auto s = strict.client();
+    const json unknown = post_json(s, "/v1/chat/completions", openai, 404);
+    EXPECT_EQ(unknown["error"]["code"], "model_not_found") << unknown;
+    EXPECT_NE(unknown["error"]["message"].get<std::string>().find("known: 'stories260K'"),
+              std::string::npos)
+        << unknown;
 }
 
 TEST(ServerModels, OperatorsLoadAndUnloadModelsAndFollowALoad) {

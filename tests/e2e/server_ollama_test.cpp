@@ -73,6 +73,13 @@ TEST_F(OllamaApi, TheRootAndTheVersionAnswerAsOllamasDo) {
     ASSERT_TRUE(root);
     EXPECT_EQ(root->status, 200);
     EXPECT_EQ(root->body, "Ollama is running");
+    // A browser is not an Ollama client: it gets a page that says where the APIs are.
+    auto page =
+        c.Get("/", httplib::Headers{{"Accept", "text/html,application/xhtml+xml,*/*;q=0.8"}});
+    ASSERT_TRUE(page);
+    EXPECT_EQ(page->status, 200);
+    EXPECT_EQ(page->get_header_value("Content-Type"), "text/html; charset=utf-8");
+    EXPECT_NE(page->body.find("<a href=\"/v1/models\">"), std::string::npos) << page->body;
     auto head = c.Head("/");
     ASSERT_TRUE(head);
     EXPECT_EQ(head->status, 200);

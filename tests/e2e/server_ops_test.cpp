@@ -257,9 +257,9 @@ TEST(ServerOps, FlagsShapeWhatTheServerAccepts) {
     // A template with no role markers: the prompt is the message text alone.
     const auto tmpl = dir.path() / "bare.jinja";
     std::ofstream(tmpl) << "{% for m in messages %}{{ m['content'] }}{% endfor %}";
-    ServerProcess server({"-m", qwen, "-c", "1024", "-t", "2", "--alias", "house-model",
-                          "--chat-template-file", tmpl.string(), "--max-tokens", "16",
-                          "--max-embedding-inputs", "2", "--embeddings"});
+    ServerProcess server({"-m", qwen, "-c", "1024", "-t", "2", "--no-accept-any-model", "--alias",
+                          "house-model", "--chat-template-file", tmpl.string(), "--max-tokens",
+                          "16", "--max-embedding-inputs", "2", "--embeddings"});
     auto c = server.client();
     EXPECT_EQ(get_json(c, "/v1/models")["data"][0]["id"], "house-model");
     json body = chat_body(4);
@@ -275,7 +275,7 @@ TEST(ServerOps, FlagsShapeWhatTheServerAccepts) {
     ASSERT_TRUE(text && text->status == 200);
     EXPECT_EQ(json::parse(text->body)["content"], "Hello there");
 
-    body["model"] = "qwen3-tiny";  // the file name no longer names the model
+    body["model"] = "qwen3-tiny";  // the file name no longer names the model (strict names)
     expect_error_shape(c.Post("/v1/chat/completions", body.dump(), "application/json"), 404,
                        "the file's name");
     body["model"] = "house-model";

@@ -57,6 +57,16 @@ inline std::vector<std::string> sse_events(const std::string& body) {
 }
 
 // GET returning a JSON body; an empty object when the server did not answer.
+// POSTs `body` as JSON, expects `status` and returns the parsed reply (discarded when not JSON).
+inline json post_json(httplib::Client& c, const std::string& path, const json& body,
+                      int status = 200) {
+    auto r = c.Post(path, body.dump(), "application/json");
+    EXPECT_TRUE(r) << path;
+    if (!r) return {};
+    EXPECT_EQ(r->status, status) << path << ": " << r->body;
+    return json::parse(r->body, nullptr, false);
+}
+
 inline json get_json(httplib::Client& c, const std::string& path) {
     auto r = c.Get(path);
     EXPECT_TRUE(r) << "GET " << path << " got no response";

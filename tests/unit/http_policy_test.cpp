@@ -156,26 +156,38 @@ TEST(HttpPolicy, OriginsAndOperatorRoutes) {
               "ok");
 }
 
-TEST(HttpPolicy, BodiesMustBeJson) {
-    const llamapp::ServerOptions o;
+// A body not labelled JSON is refused only where a browser could have sent it unasked: with an
+// Origin of another site. Browsers send Origin with every POST; curl and SDKs send none, and
+// `curl -d '{...}'` labels its JSON a form.
+TEST(HttpPolicy, BodiesLabelledOtherThanJsonAreRefusedFromOtherSitesOnly) {
+    llamapp::ServerOptions o;
+    o.cors_origins = {
+        "*"};  // so that the Origin check lets the other site's request reach this one
     const AccessPolicy p(o);
-    const auto post = [](std::string type, std::string length) {
-        httplib::Headers h{{"Host", "localhost"}, {"Content-Length", std::move(length)}};
+    const auto post = [](std::string type, std::string length, std::string origin = "") {
+        httplib::Headers h{{"Host", "localhost:8080"}, {"Content-Length", std::move(length)}};
         if (!type.empty()) h.emplace("Content-Type", std::move(type));
+        if (!origin.empty()) h.emplace("Origin", std::move(origin));
         return request("POST", "/v1/chat/completions", std::move(h));
     };
-    EXPECT_EQ(refusal(p, post("text/plain;charset=UTF-8", "10")), "415 unsupported_media_type");
-    EXPECT_EQ(refusal(p, post("application/x-www-form-urlencoded", "10")),
+    const std::string other = "http://other.example";
+    EXPECT_EQ(refusal(p, post("text/plain;charset=UTF-8", "10", other)),
               "415 unsupported_media_type");
-    EXPECT_EQ(refusal(p, post("application/jsonp", "10")), "415 unsupported_media_type");
-    EXPECT_EQ(refusal(p, post("application/json", "10")), "ok");
-    EXPECT_EQ(refusal(p, post(" application/problem+json ; q=1", "10")), "ok");
-    EXPECT_EQ(refusal(p, post("", "10")), "ok");
-    EXPECT_EQ(refusal(p, post("text/plain", "0")), "ok");
-    EXPECT_EQ(refusal(p, post("text/plain", "000")), "ok");
-    auto chunked = post("text/plain", "");
+    EXPECT_EQ(refusal(p, post("application/x-www-form-urlencoded", "10", other)),
+              "415 unsupported_media_type");
+    EXPECT_EQ(refusal(p, post("application/jsonp", "10", other)), "415 unsupported_media_type");
+    EXPECT_EQ(refusal(p, post("text/plain", "10", "null")), "415 unsupported_media_type");
+    EXPECT_EQ(refusal(p, post("application/json", "10", other)), "ok");
+    EXPECT_EQ(refusal(p, post(" application/problem+json ; q=1", "10", other)), "ok");
+    EXPECT_EQ(refusal(p, post("", "10", other)), "ok");
+    EXPECT_EQ(refusal(p, post("text/plain", "0", other)), "ok");
+    EXPECT_EQ(refusal(p, post("text/plain", "000", other)), "ok");
+    auto chunked = post("text/plain", "", other);
     chunked.headers.emplace("Transfer-Encoding", "chunked");
     EXPECT_EQ(refusal(p, chunked), "415 unsupported_media_type");
+    // No Origin (curl, an SDK) or the server's own page: the body is read as JSON.
+    EXPECT_EQ(refusal(p, post("application/x-www-form-urlencoded", "10")), "ok");
+    EXPECT_EQ(refusal(p, post("text/plain", "10", "http://localhost:8080")), "ok");
 }
 
 }  // namespace

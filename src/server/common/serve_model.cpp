@@ -21,15 +21,14 @@ void ServerState::forget_pulled(const ModelListing& m) const {
         throw HttpException{http_error(gone.error(), "model")};
 }
 
-ServedModel ServerState::serve(const json& body, Need need,
+ServedModel ServerState::serve(const json& body, Need need, Naming naming,
                                std::optional<std::chrono::milliseconds> keep_alive) const {
     std::string name;
     if (const json* v = optional_field(body, "model")) name = string_field(*v, "model");
     const auto deadline = std::chrono::steady_clock::now() + options.request_timeout;
     auto lease = models.acquire(name, deadline, keep_alive);
-    // llama-server answers any name with its one model; asked to, so does a server of one.
-    if (!lease && lease.error().code == ErrorCode::not_found && options.accept_any_model &&
-        !options.router && models.list().size() == 1)
+    if (!lease && lease.error().code == ErrorCode::not_found && naming != Naming::exact &&
+        options.accept_any_model && !options.router && models.list().size() == 1)
         lease = models.acquire("", deadline, keep_alive);
     if (!lease) throw HttpException{model_error(lease.error())};
     const ModelCapabilities& can = lease->capabilities();

@@ -88,8 +88,13 @@ struct ServerState {
     // its requests may ask for. Throws HttpException: 404 model_not_found, 503 for a model that
     // failed or does not fit, 429 when too many wait for its load, 400 when it cannot `need`.
     enum class Need { generate, embed, rerank, tokens };
+    // A server of one model (not a router) answers any name with it, as llama-server does, unless
+    // options.accept_any_model is off. Ollama's clients manage models by name (a 404 is what
+    // makes them pull), so its routes ask for the exact name.
+    enum class Naming { any_for_one_model, exact };
     // `keep_alive` replaces the model's idle time from now on (Ollama's per-request keep_alive).
     ServedModel serve(const nlohmann::json& body, Need need,
+                      Naming naming = Naming::any_for_one_model,
                       std::optional<std::chrono::milliseconds> keep_alive = std::nullopt) const;
     // Unloads and forgets a model pulled from the hub, and deletes its files (both DELETE routes).
     void forget_pulled(const ModelListing& m) const;

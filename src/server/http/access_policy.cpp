@@ -48,6 +48,14 @@ bool json_type(std::string_view content_type) {
            (type.starts_with("application/") && type.ends_with("+json"));
 }
 
+// A page of the server itself: its Origin names the host the request was sent to.
+bool same_origin(const httplib::Request& req) {
+    const std::string origin = req.get_header_value("Origin");
+    const std::size_t scheme_end = origin.find("://");
+    return scheme_end != std::string::npos &&
+           lower(origin.substr(scheme_end + 3)) == lower(req.get_header_value("Host"));
+}
+
 }  // namespace
 
 std::vector<std::string> key_digests(const std::vector<std::string>& keys) {
@@ -119,8 +127,12 @@ std::optional<HttpError> AccessPolicy::refuse(const httplib::Request& req) const
     if (auto no = refuse_origin(req)) return no;
     // A browser page may send text/plain or a form to any address without asking first (no
     // CORS preflight); a body parsed as JSON whatever its type would let it drive the server.
+    // But browsers send Origin with every POST (fetch, XHR and forms alike), so a body that
+    // comes without one, or from the server's own origin, is no cross-site form: it is parsed as
+    // JSON whatever its label, as `curl -d '{...}'` (labelled a form) in Ollama's docs needs.
     if (has_body(req) && req.has_header("Content-Type") &&
-        !json_type(req.get_header_value("Content-Type")))
+        !json_type(req.get_header_value("Content-Type")) && req.has_header("Origin") &&
+        !same_origin(req))
         return protocol_error(
             415, "unsupported_media_type",
             fmt::format("the body must be JSON (Content-Type: application/json), not {}",
@@ -146,12 +158,9 @@ std::optional<HttpError> AccessPolicy::refuse_host(const httplib::Request& req) 
 // may not read could still start work or change state, so they are refused outright; operator
 // routes need their origin named, "*" is not enough.
 std::optional<HttpError> AccessPolicy::refuse_origin(const httplib::Request& req) const {
-    if (!req.has_header("Origin") || req.method == "OPTIONS") return std::nullopt;
+    if (!req.has_header("Origin") || req.method == "OPTIONS" || same_origin(req))
+        return std::nullopt;
     const std::string origin = req.get_header_value("Origin");
-    const std::size_t scheme_end = origin.find("://");
-    if (scheme_end != std::string::npos &&
-        lower(origin.substr(scheme_end + 3)) == lower(req.get_header_value("Host")))
-        return std::nullopt;  // its own origin
     const auto& allowed = options_.cors_origins;
     const bool named = std::find(allowed.begin(), allowed.end(), origin) != allowed.end();
     if (named || (cors_allowed(origin) && !operator_route(req.method, req.path)))

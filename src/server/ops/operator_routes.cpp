@@ -35,7 +35,8 @@ void OperatorRoutes::register_routes(Routes& routes) {
     ProtocolRoutes on(routes, *this);
     using Req = const httplib::Request&;
     using Res = httplib::Response&;
-    // Liveness probes answer without a key.
+    // Liveness probes answer without a key; Ollama's clients probe the root.
+    on.get("/", [this](Req req, Res res) { home(req, res); }, {.open = true});
     for (const char* path : {"/health", "/health/ready", "/v1/health"})
         on.get(path, [this](Req, Res res) { health(res); }, {.open = true});
     on.get("/health/live",

@@ -1,5 +1,5 @@
-// Internal: llamapp's own routes for operators and probes: health, metrics, the models (list,
-// load, unload, pull, delete) and the KV store (/cache). Not a client protocol: their errors
+// Internal: llamapp's own routes for operators and probes: the root, health, metrics, the models
+// (list, load, unload, pull, delete) and the KV store (/cache). Not a client protocol: their errors
 // take OpenAI's shape, which llama-server's clients read too.
 #pragma once
 
@@ -20,6 +20,8 @@ class OperatorRoutes final : public Protocol {
     // Ready while not draining and no loaded model's queue is full; the models say which are
     // ready.
     void health(httplib::Response& res) const;
+    // "/": Ollama's probe, or a page for a browser.
+    void home(const httplib::Request& req, httplib::Response& res) const;
     void list_models(httplib::Response& res) const;
     void load_model(const httplib::Request& req, httplib::Response& res);
     void delete_model(const httplib::Request& req, httplib::Response& res);

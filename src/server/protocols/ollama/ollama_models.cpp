@@ -1,6 +1,6 @@
 // Ollama's model routes over the manager: /api/tags, /api/ps, /api/show, /api/pull (from the
-// Hugging Face hub, through ModelPulls), /api/delete, /api/copy (an alias), /api/version and the
-// root's "Ollama is running".
+// Hugging Face hub, through ModelPulls), /api/delete, /api/copy (an alias) and /api/version.
+// The root's "Ollama is running" is the server's (ops/home_route.cpp).
 #include <fmt/core.h>
 
 #include <chrono>
@@ -351,9 +351,6 @@ void OllamaProtocol::register_routes(Routes& routes) {
     ProtocolRoutes on(routes, *this);
     using Req = const httplib::Request&;
     using Res = httplib::Response&;
-    // Clients probe the root to find out whether an Ollama listens.
-    on.get("/", [](Req, Res res) { res.set_content("Ollama is running", "text/plain"); },
-           {.open = true});
     on.get("/api/version",
            [](Req, Res res) {
                res.set_content(dump(json{{"version", ollama_api_version}}), "application/json");

@@ -192,7 +192,8 @@ void OllamaProtocol::generate(const httplib::Request& req, httplib::Response& re
         res.set_content(dump(lifecycle_reply(model, chat, "unload")), "application/json");
         return;
     }
-    ServedModel served = state_.serve(body, ServerState::Need::generate, keep_alive);
+    ServedModel served =
+        state_.serve(body, ServerState::Need::generate, ServerState::Naming::exact, keep_alive);
     const std::int64_t load_ns = nanoseconds_since(began);
     if (empty) {
         res.set_content(dump(lifecycle_reply(model, chat, "load")), "application/json");
@@ -232,7 +233,8 @@ void OllamaProtocol::embed(const httplib::Request& req, httplib::Response& res, 
     }
     bool truncate = true;
     if (const json* v = optional_field(body, "truncate")) truncate = bool_field(*v, "truncate");
-    const ServedModel m = state_.serve(body, ServerState::Need::embed, ollama_keep_alive(body));
+    const ServedModel m = state_.serve(body, ServerState::Need::embed, ServerState::Naming::exact,
+                                       ollama_keep_alive(body));
     const std::int64_t load_ns = nanoseconds_since(began);
     ComputedEmbeddings e = state_.compute_embeddings(body, m, truncate);
     if (older) {
