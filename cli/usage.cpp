@@ -25,13 +25,9 @@ std::size_t edit_distance(std::string_view a, std::string_view b) {
     return row[b.size()];
 }
 
-std::vector<CLI::App*> commands(CLI::App& app) {
-    return app.get_subcommands([](CLI::App*) { return true; });
-}
-
 std::vector<std::string> command_names(CLI::App& app) {
     std::vector<std::string> names;
-    for (CLI::App* sub : commands(app)) {
+    for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
         names.push_back(sub->get_name());
         for (const std::string& alias : sub->get_aliases()) names.push_back(alias);
     }
@@ -90,7 +86,7 @@ int refuse_unknown_command(CLI::App& app, const std::vector<std::string>& revers
 int report_parse_error(CLI::App& app, const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
     const CLI::App& command = given_command(app);
-    const std::string help = fmt::format("`{} --help` lists them", program_name(command));
+    const std::string program = program_name(command);
     if (dynamic_cast<const CLI::ExtrasError*>(&e)) {
         std::vector<std::string> extras = command.remaining();
         if (extras.empty()) extras = app.remaining(true);
@@ -98,14 +94,14 @@ int report_parse_error(CLI::App& app, const CLI::ParseError& e) {
         if (first.starts_with('-')) {
             const std::string name = first.substr(0, first.find('='));
             const std::string meant = closest(name, option_names(command));
-            return usage_error(fmt::format("unknown option {}{}; {}", name,
+            return usage_error(fmt::format("unknown option {}{}; `{} --help` lists them", name,
                                            meant.empty() ? "" : "; did you mean " + meant + "?",
-                                           help));
+                                           program));
         }
         return usage_error(fmt::format("unexpected argument '{}' for {}; see `{} --help`", first,
-                                       program_name(command), program_name(command)));
+                                       program, program));
     }
-    return usage_error(fmt::format("{}; see `{} --help`", e.what(), program_name(command)));
+    return usage_error(fmt::format("{}; see `{} --help`", e.what(), program));
 }
 
 }  // namespace llamapp::cli
