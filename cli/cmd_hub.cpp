@@ -1,6 +1,7 @@
 // The hub commands: `pull`, `ls`, `rm` and `search`, and the resolution of a model argument
 // that is a hub reference (run, info, embed, tokenize and serve take one where they take a file).
 #include <fmt/core.h>
+#include <log.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -24,6 +25,11 @@ namespace {
 // Progress on stderr: a redrawn line on a terminal, otherwise one line per file at each 10%.
 class ProgressPrinter {
   public:
+    ProgressPrinter() {
+        // llama.cpp's downloader writes its own lines (retries, failures) straight to stderr,
+        // which would break into the redrawn line; the pull's own error says what went wrong.
+        if (tty_) common_log_set_verbosity_thold(-1);
+    }
     void operator()(const HubProgress& p) {
         std::lock_guard lock(mutex_);
         if (p.cached) {
@@ -53,9 +59,21 @@ class ProgressPrinter {
     std::map<std::string, int> decile_;  // the last tenth printed per file
 };
 
+void say_when_cached_copy(const PulledModel& pulled) {
+    if (!pulled.hub_unreachable.empty())
+        std::fprintf(stderr, "%s: the cached copy (%s; --offline does not try the hub)\n",
+                     pulled.ref.to_string().c_str(), pulled.hub_unreachable.c_str());
+}
+
 Result<HubRef> repo_ref(const std::string& text) {
     auto ref = parse_model_ref(text);
     if (!ref) return std::unexpected(ref.error());
+    if (ref->kind == ModelRefKind::name)
+        return fail(ErrorCode::invalid_argument,
+                    fmt::format("'{}' is not a hub repository: a hub reference is "
+                                "owner/name[:QUANT]; `llamapp search {}` lists repositories",
+                                text, ref->name.substr(0, ref->name.find(':'))),
+                    text);
     if (ref->kind != ModelRefKind::hub)
         return fail(ErrorCode::invalid_argument, "a hub reference is owner/name[:file-or-quant]",
                     text);
@@ -74,6 +92,7 @@ int pull(const HubFlags& f) {
     if (!ref) return report(ref.error());
     auto pulled = hub_pull(*ref, hub_options(f.offline, true));
     if (!pulled) return report(pulled.error());
+    say_when_cached_copy(*pulled);
     std::printf("%s\n", pulled->path.c_str());
     std::fprintf(stderr, "%s: %s in %zu file(s), %s downloaded\n", ref->to_string().c_str(),
                  human_bytes(pulled->bytes).c_str(), pulled->files.size(),
@@ -88,13 +107,25 @@ std::string when(std::filesystem::file_time_type t) {
     return text;
 }
 
+// "owner/name:Q8_0" when no other cached file of the repository has that tag, as `ps` and the
+// server's lists show a model pulled by its tag; else "owner/name:file.gguf".
+std::string listed_name(const CachedModel& m, const std::vector<CachedModel>& all) {
+    const auto same_tag = [&](const CachedModel& o) {
+        return o.ref.repo == m.ref.repo && o.quant == m.quant;
+    };
+    if (m.quant.empty() || std::count_if(all.begin(), all.end(), same_tag) > 1)
+        return m.ref.to_string();
+    return HubRef{m.ref.repo, {}, m.quant}.to_string();
+}
+
 // The hub cache's models, and a models directory's when given.
 int list_local(const HubFlags& f) {
     const char* row = "%-56s %10s %8s %-10s %-6s %s\n";
     std::printf(row, "NAME", "SIZE", "QUANT", "ARCH", "SOURCE", "MODIFIED");
     int shown = 0;
-    for (const CachedModel& m : hub_cached_models()) {
-        std::printf(row, m.ref.to_string().c_str(), human_bytes(m.bytes).c_str(),
+    const std::vector<CachedModel> cached = hub_cached_models();
+    for (const CachedModel& m : cached) {
+        std::printf(row, listed_name(m, cached).c_str(), human_bytes(m.bytes).c_str(),
                     m.quant.empty() ? "-" : m.quant.c_str(),
                     m.architecture.empty() ? "?" : m.architecture.c_str(), "hub",
                     when(m.modified).c_str());
@@ -193,6 +224,7 @@ Result<fs::path> resolve_model(const std::string& text, bool offline) {
     if (!ref) return fs::path(text);
     auto pulled = hub_pull(*ref, hub_options(offline, true));
     if (!pulled) return std::unexpected(pulled.error());
+    say_when_cached_copy(*pulled);
     return pulled->path;
 }
 

@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "commands.hpp"
+#include "llama_flags.hpp"
 #include "options.hpp"
 
 namespace llamapp::cli {
@@ -40,10 +41,19 @@ std::string footprint_text(const json& meta) {
     return bytes == 0 ? "-" : human_bytes(bytes);
 }
 
+// Where to reach a server listening on `host`: its first address, and loopback for a wildcard.
+std::string address_of(const std::string& host) {
+    std::string first = host.substr(0, host.find(','));
+    if (first.empty() || first == "0.0.0.0") return "127.0.0.1";
+    if (first == "::" || first == "[::]") return "::1";
+    return first;
+}
+
 int ps(const PsFlags& f) {
-    httplib::Client client(f.host, f.port);
+    httplib::Client client(address_of(f.host), f.port);
     client.set_connection_timeout(std::chrono::seconds(5));
-    if (!f.api_key.empty()) client.set_bearer_token_auth(f.api_key);
+    // serve takes a comma list of keys; any one of them opens the server.
+    if (!f.api_key.empty()) client.set_bearer_token_auth(f.api_key.substr(0, f.api_key.find(',')));
     auto r = client.Get("/v1/models");
     if (!r)
         return report(
@@ -82,9 +92,11 @@ int ps(const PsFlags& f) {
 Runner add_ps(CLI::App& app) {
     auto flags = std::make_shared<PsFlags>();
     CLI::App* cmd = app.add_subcommand("ps", "the models a running server has loaded");
-    cmd->add_option("--host", flags->host, "the server's address")->capture_default_str();
-    cmd->add_option("--port", flags->port, "the server's port")->capture_default_str();
-    cmd->add_option("--api-key", flags->api_key, "the server's API key");
+    // serve's flags and environment (LLAMA_ARG_HOST, LLAMA_ARG_PORT, LLAMA_API_KEY): a shell
+    // that started the server with them finds it without repeating them.
+    add_llama_option(*cmd, "--host", flags->host, "the server's address")->capture_default_str();
+    add_llama_option(*cmd, "--port", flags->port, "the server's port")->capture_default_str();
+    add_llama_option(*cmd, "--api-key", flags->api_key, "the server's API key");
     cmd->add_flag("--all", flags->all, "list known models that are not loaded too");
     cmd->add_flag("--json", flags->json_out, "print the server's model objects");
     return [flags]() -> int { return ps(*flags); };

@@ -453,8 +453,11 @@ Result<std::vector<KnownModel>> command_line_models(const ServeFlags& flags,
     auto refs = hub_refs(flags.common);
     if (!refs) return std::unexpected(refs.error());
     given.insert(given.end(), refs->begin(), refs->end());
-    if (given.empty() && flags.models_dir.empty() && flags.models_preset.empty())
-        given.push_back(demo_model(true).string());
+    if (given.empty() && flags.models_dir.empty() && flags.models_preset.empty()) {
+        auto demo = demo_model();
+        if (!demo) return std::unexpected(demo.error());
+        given.push_back(demo->string());
+    }
     for (const std::string& arg : given) {
         ModelSpec s = defaults;
         const std::size_t eq = arg.find('=');
@@ -475,10 +478,14 @@ Result<std::vector<KnownModel>> command_line_models(const ServeFlags& flags,
     return known;
 }
 
-// Known models: the command line's and the presets file's load-on-startup ones are loaded (and
-// any failure reported) before serving; the others, and the models directory's, on demand.
-Result<std::unique_ptr<ModelManager>> start_models(const ServeFlags& flags,
-                                                   std::shared_ptr<KvStore> store) {
+// The models a server starts with: the manager knows them all (nothing is loaded yet); `preload`
+// lists the command line's and the presets file's load-on-startup ones, which preload() loads.
+struct StartingModels {
+    std::unique_ptr<ModelManager> manager;
+    std::vector<std::string> preload;
+};
+
+Result<StartingModels> known_models(const ServeFlags& flags, std::shared_ptr<KvStore> store) {
     auto mo = manager_options(flags, std::move(store));
     if (!mo) return std::unexpected(mo.error());
     auto defaults = model_defaults(flags);
@@ -497,9 +504,10 @@ Result<std::unique_ptr<ModelManager>> start_models(const ServeFlags& flags,
     }
     auto manager = ModelManager::create(std::move(*mo));
     if (!manager) return std::unexpected(manager.error());
+    StartingModels out{std::move(*manager), {}};
     for (KnownModel& k : *known) {
         const std::string id = k.spec.id;
-        if (auto ok = (*manager)->add(std::move(k.spec)); !ok) {
+        if (auto ok = out.manager->add(std::move(k.spec)); !ok) {
             // A directory model named like another model (often the same file) yields to it.
             if (!k.from_models_dir || ok.error().code != ErrorCode::already_exists)
                 return std::unexpected(ok.error());
@@ -507,23 +515,29 @@ Result<std::unique_ptr<ModelManager>> start_models(const ServeFlags& flags,
                          ok.error().describe().c_str());
             continue;
         }
-        if (!k.preload) continue;
+        if (k.preload) out.preload.push_back(id);
+    }
+    return out;
+}
+
+// Loads the load-on-startup models; the first failure is the server's.
+Result<void> preload(ModelManager& manager, const std::vector<std::string>& ids,
+                     bool autoload) {
+    for (const std::string& id : ids) {
         // acquire() alone does not load under --no-models-autoload.
-        if (!flags.models_autoload) {
-            if (auto started = (*manager)->load(id); !started)
-                return std::unexpected(started.error());
+        if (!autoload) {
+            if (auto started = manager.load(id); !started) return std::unexpected(started.error());
         }
-        auto lease = (*manager)->acquire(id);
-        if (!lease) {
-            auto listed = (*manager)->find(id);
+        if (auto lease = manager.acquire(id); !lease) {
+            auto listed = manager.find(id);
             if (listed && listed->error) return std::unexpected(*listed->error);
             return std::unexpected(lease.error());
         }
     }
-    return manager;
+    return {};
 }
 
-void announce(const ModelManager& models, const ServerOptions& options, const Server& server) {
+void announce_models(const ModelManager& models) {
     for (const ModelListing& m : models.list()) {
         const std::string what = m.status == ModelStatus::ready
                                      ? fmt::format("ready, {} slots, n_ctx {}", m.slots, m.n_ctx)
@@ -532,47 +546,86 @@ void announce(const ModelManager& models, const ServerOptions& options, const Se
         std::fprintf(stderr, "llamapp: model %s (%s): %s\n", m.id.c_str(), file.c_str(),
                      what.c_str());
     }
-    for (const std::string& url : server.urls())
-        std::fprintf(stderr, "llamapp: serving on %s\n", url.c_str());
-    if (!options.unix_socket.empty())
-        std::fprintf(stderr, "llamapp: serving on unix socket %s\n", options.unix_socket.c_str());
 }
+
+void announce_listener(const ServerOptions& options, const Server& server, const char* what) {
+    for (const std::string& url : server.urls())
+        std::fprintf(stderr, "llamapp: %s on %s\n", what, url.c_str());
+    if (!options.unix_socket.empty())
+        std::fprintf(stderr, "llamapp: %s on unix socket %s\n", what, options.unix_socket.c_str());
+}
+
+// SIGINT and SIGTERM go to one watcher thread (blocked everywhere else), which drains.
+class SignalWatcher {
+  public:
+    SignalWatcher() {
+        sigemptyset(&signals_);
+        sigaddset(&signals_, SIGINT);
+        sigaddset(&signals_, SIGTERM);
+        pthread_sigmask(SIG_BLOCK, &signals_, nullptr);
+    }
+    void drain_on_signal(Server& server) {
+        thread_ = std::thread([this, &server] {
+            int sig = 0;
+            sigwait(&signals_, &sig);
+            if (!told_)
+                std::fprintf(stderr, "llamapp: %s, draining\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+            server.drain();
+        });
+    }
+    // Drains now (after a failure the caller reported), and waits for the watcher.
+    void drain_now() {
+        told_ = true;
+        if (thread_.joinable()) pthread_kill(thread_.native_handle(), SIGTERM);
+        join();
+    }
+    void join() {
+        if (thread_.joinable()) thread_.join();
+    }
+
+  private:
+    sigset_t signals_;
+    std::atomic<bool> told_{false};
+    std::thread thread_;
+};
 
 int serve(const std::shared_ptr<ServeFlags>& flags) {
     apply_log_level(flags->common);
     auto options = server_options(*flags);
     if (!options) return report(options.error());
-
-    // SIGINT and SIGTERM go to one watcher thread (blocked everywhere else), which drains.
-    sigset_t signals;
-    sigemptyset(&signals);
-    sigaddset(&signals, SIGINT);
-    sigaddset(&signals, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+    SignalWatcher watcher;
 
     CacheFlags cache = flags->cache;
     // Saved slots are kept across restarts, as llama-server's files are.
     if (cache.disk_dir.empty()) cache.disk_dir = flags->slot_save_path;
     auto store = open_kv_store(cache);
     if (!store) return report(store.error());
-    auto models = start_models(*flags, *store);
+    auto models = known_models(*flags, *store);
     if (!models) return report(models.error());
-    auto server = Server::create(**models, *options);
+    auto server = Server::create(*models->manager, *options);
     if (!server) return report(server.error());
+    // Bound before the models load: a taken port is said at once, not after a long load.
     if (auto ok = (*server)->bind(); !ok) return report(ok.error());
     Server& srv = **server;
-    std::thread watcher([&srv, signals] {
-        int sig = 0;
-        sigwait(&signals, &sig);
-        std::fprintf(stderr, "llamapp: %s, draining\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
-        srv.drain();
-    });
-    announce(**models, *options, srv);
-    auto served = srv.listen();
+    watcher.drain_on_signal(srv);
+    srv.set_loading(!models->preload.empty());
+    Result<void> served;
+    std::thread listener([&] { served = srv.listen(); });
+    if (!models->preload.empty()) announce_listener(*options, srv, "loading the models; listening");
+    auto loaded = preload(*models->manager, models->preload, flags->models_autoload);
+    if (!loaded) {
+        report(loaded.error());
+        watcher.drain_now();
+        listener.join();
+        return 1;
+    }
+    srv.set_loading(false);
+    announce_models(*models->manager);
+    announce_listener(*options, srv, "serving");
+    listener.join();
     if (!served) {
         report(served.error());
-        pthread_kill(watcher.native_handle(), SIGTERM);
-        watcher.join();
+        watcher.drain_now();
         return 1;
     }
     watcher.join();

@@ -6,14 +6,16 @@
 #include <map>
 
 #include "commands.hpp"
+#include "help.hpp"
 #include "llama_flags.hpp"
 #include "options.hpp"
 #include "usage.hpp"
 
 int main(int argc, char** argv) {
     using namespace llamapp::cli;
-    CLI::App app{"llamapp: local LLM inference on llama.cpp"};
+    CLI::App app{"llamapp: local LLM inference on llama.cpp", "llamapp"};
     app.require_subcommand(1);
+    prepare_help(app);
     app.set_version_flag("--version",
                          [] { return "llamapp 0.1.0 on " + llamapp::llama_build_info(); });
     const Runner hub = add_hub_commands(app);
@@ -31,6 +33,7 @@ int main(int argc, char** argv) {
         {"rm", hub},
         {"search", hub},
     };
+    arrange_help(app);
     std::vector<std::string> args = normalize_args(argc, argv);  // reversed
     // Installed (or linked) as llama-server, it is `llamapp serve` with llama-server's flags.
     if (std::filesystem::path(argv[0]).filename() == "llama-server") args.push_back("serve");

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <vector>
 
 #include "llama_flags.hpp"
 
@@ -128,11 +129,20 @@ Result<std::vector<std::string>> hub_refs(const CommonFlags& flags) {
 
 namespace {
 
-fs::path demo_model_path() {
-    if (const char* env = std::getenv("LLAMAPP_DEMO_MODEL")) return env;
+// LLAMAPP_DEMO_MODEL, else beside the binary as the build lays it out, else where this build
+// wrote it (a binary copied elsewhere); the first that exists.
+Result<fs::path> demo_model_path() {
+    if (const char* env = std::getenv("LLAMAPP_DEMO_MODEL")) return fs::path(env);
     std::error_code ec;
     const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-    return exe.parent_path().parent_path() / "models" / "demo.gguf";
+    const std::vector<fs::path> places = {exe.parent_path().parent_path() / "models" / "demo.gguf",
+                                          LLAMAPP_BUILT_DEMO_MODEL};
+    for (const fs::path& p : places)
+        if (fs::exists(p, ec)) return p;
+    return fail(ErrorCode::invalid_argument,
+                "no model given, and no demo model where this binary looks for it: pass -m "
+                "PATH, -hf owner/repo or a name from `llamapp ls`",
+                places.front().string());
 }
 
 void draw_progress(float p) {
@@ -159,14 +169,14 @@ void apply_log_level(const CommonFlags& flags) {
     set_log_level(level);
 }
 
-fs::path demo_model(bool announce) {
-    fs::path path = demo_model_path();
-    if (announce)
-        std::fprintf(stderr,
-                     "llamapp: no model given, using the demo model %s\n"
-                     "llamapp: it has RANDOM weights, so its text is gibberish; pass -m PATH to a "
-                     "real GGUF.\n",
-                     path.c_str());
+Result<fs::path> demo_model() {
+    auto path = demo_model_path();
+    if (!path) return path;
+    std::fprintf(stderr,
+                 "llamapp: no model given, using the demo model %s\n"
+                 "llamapp: it has RANDOM weights, so its text is gibberish; pass -m PATH to a "
+                 "real GGUF.\n",
+                 path->c_str());
     return path;
 }
 
@@ -191,7 +201,9 @@ Result<Model> load_model(const CommonFlags& flags, bool vocab_only) {
     }
     fs::path path;
     if (given.empty()) {
-        path = demo_model(true);
+        auto demo = demo_model();
+        if (!demo) return std::unexpected(demo.error());
+        path = *demo;
     } else {
         auto resolved = resolve_model(given, flags.offline);
         if (!resolved) return std::unexpected(resolved.error());

@@ -65,8 +65,9 @@ struct SamplingFlags {
 void add_common(CLI::App& app, CommonFlags& flags, bool several_models = false);
 // Applies --log-level.
 void apply_log_level(const CommonFlags& flags);
-// The demo model the build makes, used when no model is given (and the banner saying so).
-std::filesystem::path demo_model(bool announce);
+// The demo model the build makes, used when no model is given, announced on stderr; an error
+// saying what to pass when there is none.
+Result<std::filesystem::path> demo_model();
 ModelOptions model_options(const CommonFlags& flags);
 void add_context(CLI::App& app, ContextFlags& flags);
 void add_sampling(CLI::App& app, SamplingFlags& flags);

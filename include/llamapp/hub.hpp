@@ -81,6 +81,8 @@ struct PulledModel {
     std::vector<std::filesystem::path> files;
     std::uint64_t bytes = 0;             // on disk, all parts
     std::uint64_t bytes_downloaded = 0;  // 0 when everything was cached
+    // Not empty: the hub could not be reached (this says why) and the cached copy was taken.
+    std::string hub_unreachable;
 };
 
 struct CachedModel {
@@ -109,6 +111,8 @@ std::filesystem::path hub_cache_dir();
 
 // Downloads what `ref` names (every part of a split model), verifies it and returns the path
 // to load. Already cached files are not transferred again. Offline: resolves from the cache.
+// When the hub cannot be reached, a model the cache holds is taken (PulledModel::hub_unreachable
+// says so); a refusal (not found, unauthorized, rate limited) is never answered from the cache.
 [[nodiscard]] Result<PulledModel> hub_pull(const HubRef& ref, const HubOptions& options);
 
 // The cached model files, all repositories, part 1 only for split models.

@@ -32,13 +32,20 @@ struct ModelRef {
 
 // Reads what a user typed, without touching the file system (a caller that wants an existing
 // file to win over a hub reference of the same spelling checks for the file first). In order:
-//   - "hf://owner/name[:what]" or "hf:owner/name[:what]" is a hub reference;
+//   - "owner/name[:what]" after "hf://", "hf:", "hf.co/", "huggingface.co/" or
+//     "https://huggingface.co/" is a hub reference;
 //   - text starting with '/', '.' or '~', or ending in ".gguf" with no ':' in it, is a path;
 //   - "owner/name[:what]" is a hub reference, where `what` ending in ".gguf" names a file and
-//     anything else is a quantization tag;
+//     anything else is a quantization tag, but for Ollama's "latest" (the default choice);
 //   - a single word (letters, digits, '.', '_', '-', and one ':' for a tag) is a name.
 // Anything else fails with invalid_argument naming the part at fault. Hub parts are checked
 // against the hub's own rules, and a file path may not climb out of its repository.
 [[nodiscard]] Result<ModelRef> parse_model_ref(std::string_view text);
+
+// True when `asked` names the hub model `have`, which resolved to `file` (empty while not in
+// the cache): the same repository (case-insensitive, as the hub takes it) and either the same
+// file, a quantization tag the file's name carries, or what `have` itself asked for.
+[[nodiscard]] bool hub_ref_names(const HubRef& asked, const HubRef& have,
+                                 const std::filesystem::path& file);
 
 }  // namespace llamapp

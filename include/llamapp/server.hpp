@@ -92,6 +92,11 @@ class Server {
     // unix socket).
     std::vector<std::string> urls() const;
 
+    // While true, GET /health answers 503 "loading" (as llama-server does while its model loads)
+    // and requests wait for their model: set by a caller that binds before loading its models,
+    // so that a taken port is reported at once and not after a long load.
+    void set_loading(bool loading);
+
     // Stops accepting work (ready turns false, new requests get 503), lets in-flight requests
     // finish for up to the grace period, cancels the rest, unloads every model (saving KV store
     // entries per policy) and stops the listener.

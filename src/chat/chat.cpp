@@ -286,6 +286,15 @@ std::string one_tool_call(const std::string& gbnf) {
                               std::regex_constants::format_first_only);
 }
 
+// JSON's grammar lets whitespace be up to two newlines and twenty blanks wherever it may go, and
+// a weak model fills a call's arguments with it until max_tokens instead of closing the call
+// (seen with a complete `{"city": "London"}` spread over 64 tokens). A call needs one blank at
+// most; once its arguments close, the grammar then leaves only the end of the reply.
+std::string bounded_whitespace(const std::string& gbnf) {
+    static const std::regex wide(R"((^|\n)space ::= [^\n]*)");
+    return std::regex_replace(gbnf, wide, "$1space ::= | \" \"");
+}
+
 // True when tokenizing `text` with special-token parsing would produce control tokens, i.e. the
 // text spells out markup such as "<|im_end|>".
 Result<bool> spells_control_tokens(const Tokenizer& tok, const std::string& text) {
@@ -420,6 +429,7 @@ ReplyGrammar reply_grammar_of(const common_chat_params& params, const ChatRender
             options.tool_choice == ToolChoice::required || !options.forced_tool.empty();
         if (must_call) g.gbnf = without_text_before_calls(g.gbnf);
         if (one_call) g.gbnf = one_tool_call(g.gbnf);
+        g.gbnf = bounded_whitespace(g.gbnf);
     }
     g.lazy = params.grammar_lazy;
     for (const auto& t : params.grammar_triggers) {

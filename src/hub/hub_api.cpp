@@ -15,6 +15,8 @@ namespace detail {
 namespace {
 
 constexpr int max_waits = 2;
+// A connection that fails is tried again after 1 and 2 s: a mirror restarting, a proxy's hiccup.
+constexpr int connection_tries = 3;
 constexpr long max_wait_seconds = 10;
 
 std::string env(const char* name) {
@@ -22,27 +24,11 @@ std::string env(const char* name) {
     return v ? v : "";
 }
 
-std::string upper(std::string_view s) {
-    std::string out(s);
-    for (char& c : out) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-    return out;
-}
-
 long retry_after_seconds(const httplib::Result& res) {
     const std::string v = res->get_header_value("Retry-After");
     char* end = nullptr;
     const long s = std::strtol(v.c_str(), &end, 10);
     return end != v.c_str() && s >= 0 ? s : 1;
-}
-
-// Waits `seconds`, checking for cancellation every 100 ms; false when cancelled.
-bool wait_for_retry(long seconds, const HubOptions& options) {
-    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
-    while (std::chrono::steady_clock::now() < until) {
-        if (options.cancelled && options.cancelled()) return false;
-        std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-    return true;
 }
 
 Result<nlohmann::json> answer(const httplib::Result& res, const std::string& what) {
@@ -87,9 +73,10 @@ std::string hub_endpoint() {
     return ep;
 }
 
-Result<nlohmann::json> hub_get_json(const std::string& path, const HubOptions& options) {
+Result<nlohmann::json> hub_get_json(const std::string& path, const std::string& what,
+                                    const HubOptions& options) {
     if (options.offline)
-        return fail(ErrorCode::network_error, "offline: the hub is not asked", path);
+        return fail(ErrorCode::network_error, "offline: the hub is not asked", what);
     const std::string ep = hub_endpoint();
     const std::size_t scheme = ep.find("://");
     if (scheme == std::string::npos ||
@@ -103,22 +90,44 @@ Result<nlohmann::json> hub_get_json(const std::string& path, const HubOptions& o
     httplib::Headers headers = hub_headers(options);
     headers.emplace("Accept", "application/json");
     const std::string target = base + path;
-    for (int attempt = 0;; ++attempt) {
+    int waits = 0;
+    for (int tries = 1;; ++tries) {
         auto res = client.Get(target, headers);
-        if (!res)
-            return fail(
-                ErrorCode::network_error,
-                fmt::format("the hub cannot be reached: {}", httplib::to_string(res.error())), ep);
-        if (res->status == 429 && attempt < max_waits) {
+        if (!res) {
+            if (tries < connection_tries && wait_for_retry(1L << (tries - 1), options)) continue;
+            if (options.cancelled && options.cancelled())
+                return fail(ErrorCode::cancelled, "cancelled while waiting for the hub");
+            return fail(ErrorCode::network_error,
+                        fmt::format("the hub cannot be reached ({}; {} tries)",
+                                    httplib::to_string(res.error()), tries),
+                        ep);
+        }
+        if (res->status == 429 && waits < max_waits) {
             const long wait = retry_after_seconds(res);
             if (wait <= max_wait_seconds) {
+                ++waits;
                 if (!wait_for_retry(wait, options))
                     return fail(ErrorCode::cancelled, "cancelled while waiting for the hub");
                 continue;
             }
         }
-        return answer(res, path);
+        return answer(res, what);
     }
+}
+
+bool wait_for_retry(long seconds, const HubOptions& options) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+    while (std::chrono::steady_clock::now() < until) {
+        if (options.cancelled && options.cancelled()) return false;
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    return true;
+}
+
+std::string upper(std::string_view s) {
+    std::string out(s);
+    for (char& c : out) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    return out;
 }
 
 std::string quant_of(std::string_view path) {
@@ -202,7 +211,7 @@ Result<std::vector<HubSearchHit>> hub_search(std::string_view query, int limit,
         fmt::format(
             "api/models?search={}&filter=gguf&sort=downloads&direction=-1&limit={}&full=true",
             httplib::encode_query_component(std::string(query)), limit),
-        options);
+        std::string(query), options);
     if (!j) return std::unexpected(j.error());
     if (!j->is_array()) return fail(ErrorCode::network_error, "the hub's search is not a list");
     std::vector<HubSearchHit> hits;
@@ -241,7 +250,7 @@ Result<HubRepoFiles> hub_list_files(std::string_view repo, const HubOptions& opt
     if (ref->kind != ModelRefKind::hub || !ref->hub.file.empty() || !ref->hub.quant.empty())
         return fail(ErrorCode::invalid_argument, "a repository is owner/name", std::string(repo));
     HubRepoFiles listing{std::string(repo)};
-    auto refs = detail::hub_get_json(fmt::format("api/models/{}/refs", repo), options);
+    auto refs = detail::hub_get_json(fmt::format("api/models/{}/refs", repo), listing.repo, options);
     if (!refs) return std::unexpected(refs.error());
     for (const auto& b : refs->value("branches", nlohmann::json::array())) {
         if (!b.is_object() || !b.contains("targetCommit") || !b["targetCommit"].is_string())
@@ -257,7 +266,8 @@ Result<HubRepoFiles> hub_list_files(std::string_view repo, const HubOptions& opt
         return fail(ErrorCode::network_error, "the hub named a commit that is not a hex id",
                     listing.commit.substr(0, 80));
     auto tree = detail::hub_get_json(
-        fmt::format("api/models/{}/tree/{}?recursive=true", repo, listing.commit), options);
+        fmt::format("api/models/{}/tree/{}?recursive=true", repo, listing.commit), listing.repo,
+        options);
     if (!tree) return std::unexpected(tree.error());
     if (!tree->is_array())
         return fail(ErrorCode::network_error, "the hub's file list is not a list");

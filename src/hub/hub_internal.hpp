@@ -14,8 +14,9 @@
 namespace llamapp::detail {
 
 // GET <endpoint><path> as JSON. 401/403 → unauthorized, 404 → not_found, 429 → rate_limited
-// (waits out a Retry-After of up to 10 s twice first), other failures → network_error.
-[[nodiscard]] Result<nlohmann::json> hub_get_json(const std::string& path,
+// (waits out a Retry-After of up to 10 s twice first), other failures → network_error (after
+// three tries when the connection fails). Errors name `what` (the repository), not the path.
+[[nodiscard]] Result<nlohmann::json> hub_get_json(const std::string& path, const std::string& what,
                                                   const HubOptions& options);
 
 // A refusal by the hub (any status but 200) as a typed error: 401/403 unauthorized, 404
@@ -25,6 +26,11 @@ Error hub_status_error(int status, std::string_view detail, const std::string& w
 
 // The endpoint with a trailing '/', as llama.cpp's downloads compute it.
 std::string hub_endpoint();
+
+std::string upper(std::string_view s);
+
+// Waits `seconds`, checking for cancellation every 100 ms; false when cancelled.
+bool wait_for_retry(long seconds, const HubOptions& options);
 
 // "Q4_K_M" from ".../Model-Q4_K_M.gguf" or "model.q8_0-00001-of-00003.gguf", else "".
 std::string quant_of(std::string_view path);

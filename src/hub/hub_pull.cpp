@@ -159,26 +159,57 @@ std::optional<std::string> write_failure(const fs::path& partial) {
     return why;
 }
 
-// A transfer that failed: what arrived stays in the partial files for the next pull to resume.
+// The status llama.cpp's downloader names in its failure ("... failed with status code: 403"):
+// -1 when the connection broke, 0 when the message has none.
+int failed_status(const std::string& what) {
+    constexpr std::string_view marker = "status code: ";
+    const std::size_t at = what.rfind(marker);
+    if (at == std::string::npos) return 0;
+    return std::atoi(what.c_str() + at + marker.size());
+}
+
+bool something_arrived(const std::vector<hf_cache::hf_file>& entries) {
+    return std::any_of(entries.begin(), entries.end(), [](const hf_cache::hf_file& e) {
+        std::error_code ec;
+        return fs::file_size(detail::partial_download(e), ec) > 0 && !ec;
+    });
+}
+
+// A transfer that failed: the disk's reason when it is the disk, else the network's, and whether
+// a partial file is kept for the next pull to resume.
 Error transfer_failure(const std::exception& e, const std::vector<hf_cache::hf_file>& entries,
-                       const std::vector<HubFile>& parts, const HubRef& ref) {
+                       const std::vector<HubFile>& parts, const HubRef& ref, int tries) {
+    const std::string kept =
+        something_arrived(entries) ? "; what arrived is kept for the next pull to resume" : "";
     if (auto ok = check_space(bytes_to_transfer(entries, parts), hub_cache_dir()); !ok) {
         Error full = ok.error();
-        full.message += "; what arrived is kept for the next pull to resume";
+        full.message += kept;
         return full;
     }
     for (const auto& entry : entries) {
         const fs::path partial = detail::partial_download(entry);
         if (auto why = write_failure(partial))
             return Error{ErrorCode::io_error,
-                         fmt::format("cannot write the download: {}; what arrived is kept for "
-                                     "the next pull to resume",
-                                     *why),
+                         fmt::format("cannot write the download: {}{}", *why, kept),
                          partial.string()};
     }
-    return Error{ErrorCode::network_error,
-                 fmt::format("{}; what arrived is kept for the next pull to resume", e.what()),
+    const int status = failed_status(e.what());
+    if (status >= 400 && status < 600)
+        return detail::hub_status_error(status, "the download was refused", ref.to_string(), 1);
+    const std::string why = status == -1 ? "the connection to the hub broke"
+                                         : fmt::format("the download failed ({})", e.what());
+    return Error{ErrorCode::network_error, fmt::format("{} ({} tries){}", why, tries, kept),
                  ref.to_string()};
+}
+
+// llama.cpp's downloader retries a broken body but not the HEAD request before it, so a server
+// that closes the connection after a redirect fails a file at once. The whole transfer is tried
+// again after 1, 2 and 4 s, each time resuming what arrived.
+constexpr int transfer_tries = 4;
+
+bool worth_retrying(const std::exception& e) {
+    const int status = failed_status(e.what());
+    return status <= 0 || status >= 500 || status == 408 || status == 429;
 }
 
 // The entries not in the cache yet, with llama.cpp's downloader, which reports progress per
@@ -192,17 +223,23 @@ Result<void> download_with_llama_cpp(const std::vector<hf_cache::hf_file>& entri
     for (const auto& e : entries) path_of_url[e.url] = e.path;
     ProgressRelay relay(options, path_of_url);
     dl.callback = &relay;
-    std::vector<common_download_task> tasks;
-    for (const auto& e : entries)
-        if (e.local_path != e.final_path) tasks.emplace_back(e, dl);
-    try {
-        common_download_run_tasks(tasks);
-    } catch (const std::exception& e) {
-        if (options.cancelled && options.cancelled())
-            return fail(ErrorCode::cancelled, "the pull was cancelled", ref.to_string());
-        return std::unexpected(transfer_failure(e, entries, parts, ref));
+    for (int tries = 1;; ++tries) {
+        std::vector<common_download_task> tasks;
+        std::error_code ec;
+        for (const auto& e : entries)
+            if (e.local_path != e.final_path && !fs::exists(e.local_path, ec))
+                tasks.emplace_back(e, dl);
+        try {
+            common_download_run_tasks(tasks);
+            return {};
+        } catch (const std::exception& e) {
+            if (options.cancelled && options.cancelled())
+                return fail(ErrorCode::cancelled, "the pull was cancelled", ref.to_string());
+            if (tries == transfer_tries || !worth_retrying(e) ||
+                !detail::wait_for_retry(1L << (tries - 1), options))
+                return std::unexpected(transfer_failure(e, entries, parts, ref, tries));
+        }
     }
-    return {};
 }
 
 // What the cache holds per repository: its files as a listing, and where each one is.
@@ -271,28 +308,6 @@ Result<PulledModel> pull_from_cache(const HubRef& ref) {
     return pulled;
 }
 
-// The download tasks for `parts`, from llama.cpp's view of the same revision (its cache paths).
-Result<std::vector<hf_cache::hf_file>> cache_entries(const HubRepoFiles& listing,
-                                                     const std::vector<HubFile>& parts,
-                                                     const HubOptions& options) {
-    hf_cache::hf_files all;
-    try {
-        all = hf_cache::get_repo_files(listing.repo, options.token);
-    } catch (const std::exception& e) {
-        return fail(ErrorCode::network_error, e.what(), listing.repo);
-    }
-    std::vector<hf_cache::hf_file> out;
-    for (const HubFile& p : parts) {
-        auto it = std::find_if(all.begin(), all.end(),
-                               [&](const hf_cache::hf_file& f) { return f.path == p.path; });
-        if (it == all.end())
-            return fail(ErrorCode::network_error, "the hub's listing changed during the pull",
-                        p.path);
-        out.push_back(*it);
-    }
-    return out;
-}
-
 }  // namespace
 
 namespace detail {
@@ -321,6 +336,13 @@ Result<PulledModel> hub_pull(const HubRef& ref, const HubOptions& options) {
     if (options.offline) return pull_from_cache(ref);
     if (auto ok = check_writable(hub_cache_dir()); !ok) return std::unexpected(ok.error());
     auto listing = hub_list_files(ref.repo, options);
+    if (!listing && listing.error().code == ErrorCode::network_error) {
+        // The hub cannot be reached: what the cache holds is what Ollama would run.
+        auto cached = pull_from_cache(ref);
+        if (!cached) return std::unexpected(listing.error());
+        cached->hub_unreachable = listing.error().describe();
+        return cached;
+    }
     if (!listing) return std::unexpected(listing.error());
     auto chosen = hub_choose_file(ref, *listing);
     if (!chosen) return std::unexpected(chosen.error());
@@ -330,8 +352,9 @@ Result<PulledModel> hub_pull(const HubRef& ref, const HubOptions& options) {
     if (!proxy) return std::unexpected(proxy.error());
     auto lock = PullLock::take(ref.repo);
     if (!lock) return std::unexpected(lock.error());
-    auto entries = *proxy ? detail::cache_entries_of(*listing, *parts)
-                          : cache_entries(*listing, *parts, options);
+    // The entries come from our listing, not llama.cpp's (which leaves out a token it does not
+    // take for a hub token, so that a gated repository's listing would fail half way).
+    auto entries = detail::cache_entries_of(*listing, *parts);
     if (!entries) return std::unexpected(entries.error());
     if (auto ok = check_space(bytes_to_transfer(*entries, *parts), hub_cache_dir()); !ok)
         return std::unexpected(ok.error());

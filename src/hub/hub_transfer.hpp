@@ -1,5 +1,6 @@
-// Internal: downloads through a proxy, beside llama.cpp's downloader (which has no proxy
-// setting). Uses llama.cpp's cache types, so only the hub's own sources include it.
+// Internal: llama.cpp's cache entries computed from our listing, and downloads through a proxy
+// beside llama.cpp's downloader (which has no proxy setting). Uses llama.cpp's cache types, so
+// only the hub's own sources include it.
 #pragma once
 
 #include <hf-cache.h>

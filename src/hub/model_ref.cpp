@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cctype>
 
+#include "hub/hub_internal.hpp"
+
 namespace llamapp {
 
 namespace {
@@ -82,6 +84,7 @@ Result<ModelRef> parse_hub(std::string_view text) {
     ref.hub.repo = std::string(repo);
     if (colon == std::string_view::npos) return ref;
     const std::string_view what = text.substr(colon + 1);
+    if (what == "latest") return ref;  // Ollama's implied tag: the repository's default choice
     if (what.empty())
         return fail(ErrorCode::invalid_argument, "nothing follows the ':' of a hub reference",
                     std::string(text));
@@ -125,7 +128,9 @@ Result<ModelRef> parse_model_ref(std::string_view text) {
     if (text.empty()) return fail(ErrorCode::invalid_argument, "the model reference is empty");
     if (text.find('\0') != std::string_view::npos)
         return fail(ErrorCode::invalid_argument, "the model reference contains a NUL byte");
-    for (std::string_view scheme : {"hf://", "hf:"}) {
+    // llama.cpp's and Ollama's spellings of the hub (Ollama's list shows "hf.co/owner/name").
+    for (std::string_view scheme :
+         {"hf://", "hf:", "hf.co/", "huggingface.co/", "https://huggingface.co/"}) {
         if (text.starts_with(scheme)) return parse_hub(text.substr(scheme.size()));
     }
     const bool path_like = text.front() == '/' || text.front() == '.' || text.front() == '~';
@@ -137,6 +142,17 @@ Result<ModelRef> parse_model_ref(std::string_view text) {
     }
     if (text.find('/') != std::string_view::npos) return parse_hub(text);
     return parse_name(text);
+}
+
+bool hub_ref_names(const HubRef& asked, const HubRef& have, const std::filesystem::path& file) {
+    if (detail::upper(asked.repo) != detail::upper(have.repo)) return false;
+    const std::string path = file.generic_string();
+    if (!asked.file.empty())
+        return asked.file == have.file || (!path.empty() && path.ends_with("/" + asked.file));
+    if (!asked.quant.empty())
+        return detail::upper(asked.quant) == detail::upper(have.quant) ||
+               (!path.empty() && detail::quant_of(path) == detail::upper(asked.quant));
+    return have.file.empty() && have.quant.empty();
 }
 
 }  // namespace llamapp

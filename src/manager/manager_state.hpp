@@ -64,6 +64,7 @@ struct ManagerState : std::enable_shared_from_this<ManagerState> {
 
     ModelEntry* find(const std::string& name);  // lock held
     const ModelEntry* find(const std::string& name) const;
+    const ModelEntry* find_by_other_spelling(const std::string& name) const;
     std::chrono::milliseconds keep_alive(const ModelEntry& e) const;
     ModelListing listing(const ModelEntry& e) const;
 

@@ -89,8 +89,27 @@ const ModelEntry* ManagerState::find(const std::string& name) const {
     const std::string* id = &name;
     if (name.empty()) id = &default_id;
     if (auto a = aliases.find(*id); a != aliases.end()) id = &a->second;
-    auto it = entries.find(*id);
-    return it == entries.end() ? nullptr : it->second.get();
+    if (auto it = entries.find(*id); it != entries.end()) return it->second.get();
+    return find_by_other_spelling(name);
+}
+
+// The names llamapp prints elsewhere for a model: Ollama's ("hf.co/owner/name:tag", "x:latest"),
+// `ls`'s (the file or the tag of a cached hub model), whatever the model's id spells.
+const ModelEntry* ManagerState::find_by_other_spelling(const std::string& name) const {
+    if (name.ends_with(":latest")) {
+        const std::string plain = name.substr(0, name.size() - 7);
+        if (auto it = entries.find(plain); it != entries.end()) return it->second.get();
+        if (auto a = aliases.find(plain); a != aliases.end()) return find(a->second);
+    }
+    auto ref = parse_model_ref(name);
+    if (!ref || ref->kind != ModelRefKind::hub) return nullptr;
+    const ModelEntry* found = nullptr;
+    for (const auto& [id, e] : entries) {
+        if (!e->spec.hub || !hub_ref_names(ref->hub, *e->spec.hub, e->spec.path)) continue;
+        if (found) return nullptr;  // two models answer to it: the name is not one of them
+        found = e.get();
+    }
+    return found;
 }
 
 std::chrono::milliseconds ManagerState::keep_alive(const ModelEntry& e) const {
@@ -246,6 +265,9 @@ void ManagerState::pull_and_load(ModelEntry& e) {
         changed.notify_all();
         return;
     }
+    if (!pulled->hub_unreachable.empty())
+        log(LogLevel::warning, "models: '{}' is the cached copy: {}", e.spec.id,
+            pulled->hub_unreachable);
     e.spec.path = pulled->path;
     read_header(e);
     if (e.status == ModelStatus::failed) {

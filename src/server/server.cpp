@@ -117,6 +117,10 @@ std::vector<std::string> Server::urls() const {
     return out;
 }
 
+void Server::set_loading(bool loading) {
+    core_->state.loading = loading;
+}
+
 void Server::drain() {
     ServerCore& c = *core_;
     ServerState& s = c.state;

@@ -1,6 +1,7 @@
 // The hub commands of the real binary against a loopback hub: pull, ls, search, run -hf,
 // serve -hf, offline use and rm, each as a user types it.
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <atomic>
@@ -55,8 +56,8 @@ TEST_F(CliHub, PullListRunServeAndRemoveAHubModel) {
     llamapp::test::TempDir dir;
     std::filesystem::copy_file(llamapp::test::shared_model("stories260K.gguf"), dir / "tale.gguf");
     auto ls = llamapp("ls --models-dir " + dir.path().string());
-    EXPECT_TRUE(std::regex_search(ls.out, std::regex("test/stories:stories260K-Q8_0.gguf +[0-9.]+ "
-                                                     "[KM]iB +Q8_0 +llama +hub ")))
+    EXPECT_TRUE(std::regex_search(
+        ls.out, std::regex("test/stories:Q8_0 +[0-9.]+ [KM]iB +Q8_0 +llama +hub ")))
         << ls.out;
     EXPECT_TRUE(std::regex_search(ls.out, std::regex("tale +[0-9.]+ [KM]iB +- +llama +dir ")))
         << ls.out;
@@ -180,7 +181,7 @@ TEST_F(CliHub, ADiskThatFillsUpDuringAPullPublishesNothingAndThePullResumes) {
     auto pull = llamapp("pull test/stories:Q8_0");
     ASSERT_EQ(pull.status, 0) << pull.out;
     EXPECT_GE(hub.range_requests, 1);
-    EXPECT_NE(llamapp("ls").out.find("test/stories:stories260K-Q8_0.gguf"), std::string::npos);
+    EXPECT_NE(llamapp("ls").out.find("test/stories:Q8_0 "), std::string::npos);
 }
 
 // tests/support/fault_fs.c under the cache: a full disk, a disk that cannot be read and a slow
@@ -195,7 +196,7 @@ TEST_F(CliHub, DiskFaultsDuringAPullPublishNothingWrongAndLoseNothingThatArrived
         " ASAN_OPTIONS=\"$ASAN_OPTIONS:verify_asan_link_order=0\"";
     auto set = [&](const std::string& fault) { std::ofstream(control) << fault; };
     auto listed = [&] {
-        return llamapp("ls").out.find("test/stories:stories260K-Q8_0.gguf") != std::string::npos;
+        return llamapp("ls").out.find("test/stories:Q8_0 ") != std::string::npos;
     };
 
     set("enospc");
@@ -235,13 +236,100 @@ TEST_F(CliHub, FailuresAreOneTypedLine) {
     auto absent = llamapp("pull test/absent");
     EXPECT_NE(absent.status, 0);
     EXPECT_NE(absent.out.find("[not_found]"), std::string::npos) << absent.out;
+    EXPECT_EQ(absent.out.find("api/"), std::string::npos) << absent.out;  // no internal path
+    EXPECT_NE(absent.out.find("test/absent"), std::string::npos) << absent.out;
     auto offline = llamapp("pull test/stories", true, "HF_HUB_OFFLINE=1");
     EXPECT_NE(offline.status, 0);
     EXPECT_NE(offline.out.find("not in the cache"), std::string::npos) << offline.out;
-    auto bad = llamapp("pull not-a-ref");
+    // An Ollama library name: the way to find a repository.
+    auto bad = llamapp("pull llama3.2:1b");
     EXPECT_NE(bad.status, 0);
     EXPECT_NE(bad.out.find("[invalid_argument]"), std::string::npos) << bad.out;
+    EXPECT_NE(bad.out.find("`llamapp search llama3.2` lists repositories"), std::string::npos)
+        << bad.out;
     EXPECT_EQ(hub.file_requests, 0);
+}
+
+// Every name llamapp prints for a hub model (ls, ps and /v1/models, Ollama's /api/tags) is taken
+// back by pull, run and the server's routes, even with any-name serving off.
+TEST_F(CliHub, EveryNameAHubModelIsShownByFindsItAgain) {
+    ASSERT_EQ(llamapp("pull hf.co/test/stories:Q8_0").status, 0);
+    auto ls = llamapp("ls");
+    ASSERT_NE(ls.out.find("test/stories:Q8_0 "), std::string::npos) << ls.out;
+    auto run = llamapp("run test/stories:Q8_0 'Once upon a time' -n 8 --temp 0", false);
+    ASSERT_EQ(run.status, 0) << run.out;
+    EXPECT_EQ(run.out.rfind("Once upon a time, there was", 0), 0u) << run.out;
+
+    llamapp::test::ServerProcess server(
+        {"-hf", "test/stories", "-c", "256", "-t", "2", "--no-accept-any-model"});
+    auto c = server.client();
+    auto models = c.Get("/v1/models");
+    ASSERT_TRUE(models);
+    EXPECT_NE(models->body.find(R"("id":"test/stories")"), std::string::npos) << models->body;
+    auto tags = c.Get("/api/tags");
+    ASSERT_TRUE(tags);
+    EXPECT_NE(tags->body.find(R"("name":"hf.co/test/stories:latest")"), std::string::npos)
+        << tags->body;
+    for (const char* name : {"test/stories", "test/stories:Q8_0", "hf.co/test/stories:latest",
+                             "test/stories:stories260K-Q8_0.gguf", "hf.co/test/stories:q8_0"}) {
+        SCOPED_TRACE(name);
+        const nlohmann::json body = {{"model", name}, {"prompt", "Once"}, {"max_tokens", 2}};
+        llamapp::test::post_json(c, "/v1/completions", body);
+        const nlohmann::json ollama = {{"model", name},
+                                       {"prompt", "Once"},
+                                       {"stream", false},
+                                       {"options", {{"num_predict", 2}}}};
+        llamapp::test::post_json(c, "/api/generate", ollama);
+    }
+    const nlohmann::json other = {{"model", "test/stories:Q4_K_M"}, {"prompt", "Once"}};
+    llamapp::test::post_json(c, "/v1/completions", other, 404);
+}
+
+// With the hub out of reach, a model in the cache runs anyway, saying so; --offline never asks.
+TEST_F(CliHub, ACachedModelRunsWhileTheHubIsDown) {
+    ASSERT_EQ(llamapp("pull test/stories:Q8_0").status, 0);
+    auto run = llamapp("run test/stories:Q8_0 'Once upon a time' -n 8 --temp 0", true,
+                       "MODEL_ENDPOINT=http://127.0.0.1:1/");
+    ASSERT_EQ(run.status, 0) << run.out;
+    EXPECT_NE(run.out.find("test/stories:Q8_0: the cached copy (the hub cannot be reached"),
+              std::string::npos)
+        << run.out;
+    EXPECT_NE(run.out.find("Once upon a time, there was"), std::string::npos) << run.out;
+    auto absent = llamapp("run test/absent:Q8_0 'Once' -n 2", true,
+                          "MODEL_ENDPOINT=http://127.0.0.1:1/");
+    EXPECT_NE(absent.status, 0);
+    EXPECT_NE(absent.out.find("the hub cannot be reached"), std::string::npos) << absent.out;
+    EXPECT_NE(absent.out.find("[network_error]"), std::string::npos) << absent.out;
+}
+
+// A peer that closes the connection after the hub's redirect (llama.cpp's downloader does not
+// retry the request that follows it): the pull tries again and succeeds; when the peer never
+// answers it fails as one line that says so and keeps nothing that did not arrive.
+TEST_F(CliHub, APullSurvivesConnectionsClosedAfterTheRedirect) {
+    hub.drop_after_redirect = 2;
+    auto pull = llamapp("pull test/stories:Q8_0");
+    ASSERT_EQ(pull.status, 0) << pull.out;
+    EXPECT_EQ(hub.drop_after_redirect, 0);
+    EXPECT_NE(llamapp("ls").out.find("test/stories:Q8_0 "), std::string::npos);
+    ASSERT_EQ(llamapp("rm test/stories").status, 0);
+
+    hub.drop_after_redirect = 100;
+    auto broken = llamapp("pull test/stories:Q8_0");
+    EXPECT_NE(broken.status, 0);
+    EXPECT_NE(broken.out.find("the connection to the hub broke (4 tries) (test/stories:Q8_0) [network_error]"),
+              std::string::npos)
+        << broken.out;
+    EXPECT_EQ(broken.out.find("kept"), std::string::npos) << broken.out;
+}
+
+// Downloads that redirect to the API host itself, as a mirror or a proxy does.
+TEST_F(CliHub, APullFromAHubThatRedirectsToItself) {
+    hub.redirect_to_self = true;
+    for (int i = 0; i < 3; ++i) {
+        auto pull = llamapp("pull test/stories:Q8_0");
+        ASSERT_EQ(pull.status, 0) << pull.out;
+        ASSERT_EQ(llamapp("rm test/stories").status, 0);
+    }
 }
 
 }  // namespace

@@ -256,6 +256,17 @@ TEST(Cli, ChatWorksOnTheDemoModelAndOnAModelWithoutATemplate) {
     EXPECT_NE(bare.out.find("prompt tokens"), std::string::npos) << bare.out;
 }
 
+// A binary copied away from the build still finds the demo model the build wrote.
+TEST(Cli, ACopiedBinaryFindsTheDemoModel) {
+    llamapp::test::TempDir dir;
+    const auto copy = dir.path() / "bin" / "llamapp";
+    std::filesystem::create_directories(copy.parent_path());
+    std::filesystem::copy_file(llamapp::test::binary("llamapp"), copy);
+    auto r = llamapp::test::run_command(copy.string() + " run -p hi -n 2 2>&1");
+    ASSERT_EQ(r.status, 0) << r.out;
+    EXPECT_NE(r.out.find("using the demo model"), std::string::npos) << r.out;
+}
+
 TEST(Cli, FailedLoadIsExactlyOneLine) {
     CliRun r = run("run -m " + llamapp::test::shared_model("vocab/ggml-vocab-phi-3.gguf").string() +
                    " -p hi");

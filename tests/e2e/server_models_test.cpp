@@ -153,7 +153,11 @@ TEST(ServerModels, OperatorsLoadAndUnloadModelsAndFollowALoad) {
     EXPECT_EQ(resident.status, 0) << resident.out;
     EXPECT_NE(resident.out.find("stories"), std::string::npos) << resident.out;
     EXPECT_EQ(resident.out.find("llama "), std::string::npos) << resident.out;
-    const CommandResult all = run_command(ps + " --all 2>&1");
+    // serve's environment finds the same server.
+    const CommandResult all =
+        run_command("LLAMA_ARG_PORT=" + std::to_string(server.port()) + " LLAMA_API_KEY=k " +
+                    binary("llamapp").string() + " ps --all 2>&1");
+    EXPECT_EQ(all.status, 0) << all.out;
     EXPECT_NE(all.out.find("unloaded"), std::string::npos) << all.out;
     const CommandResult refused = run_command(ps + "-wrong 2>&1");
     EXPECT_EQ(refused.status, 1) << refused.out;

@@ -1,10 +1,15 @@
 // A loopback stand-in for the Hugging Face hub: the refs, tree and search API, file downloads
 // that redirect to a second "CDN" server, and knobs for the failures a client must survive
-// (a token it requires, 429 with Retry-After, a transfer cut in the middle, wrong bytes).
+// (a token it requires, 429 with Retry-After, a transfer cut in the middle, wrong bytes, a
+// connection closed after the redirect, downloads that redirect to the API host itself).
 #pragma once
 
+#include <arpa/inet.h>
 #include <httplib.h>
+#include <netinet/in.h>
 #include <nlohmann/json.hpp>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -15,6 +20,7 @@
 #include <map>
 #include <mutex>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -37,9 +43,11 @@ class FakeHub {
 
     FakeHub() {
         routes();
-        cdn_.Get(R"(/cdn/(.+))", [this](const httplib::Request& req, httplib::Response& res) {
-            serve_file(req, res);
-        });
+        // The API host serves the files too, for a hub whose downloads redirect to itself.
+        for (httplib::Server* s : {&api_, &cdn_})
+            s->Get(R"(/cdn/(.+))", [this](const httplib::Request& req, httplib::Response& res) {
+                serve_file(req, res);
+            });
         port_ = api_.bind_to_any_port("127.0.0.1");
         cdn_port_ = cdn_.bind_to_any_port("127.0.0.1");
         api_thread_ = std::thread([this] { api_.listen_after_bind(); });
@@ -77,6 +85,9 @@ class FakeHub {
     int retry_after_seconds = 1;
     std::string listed_commit = commit;      // what the refs say the main branch is
     std::atomic<int> cut_next_transfers{0};  // this many downloads stop half way
+    // This many redirects lead to a host that closes every connection before answering.
+    std::atomic<int> drop_after_redirect{0};
+    bool redirect_to_self = false;  // downloads redirect to the API host, not to the "CDN"
 
     // The next download sends half its bytes, then waits for release_transfer() (60 s at most).
     void hold_next_transfer() {
@@ -134,7 +145,12 @@ class FakeHub {
         });
         // Downloads redirect to another host, as the hub's resolve URLs redirect to its CDN.
         api_.Get(R"(/([^/]+/[^/]+)/resolve/([0-9a-f]+)/(.+))", [this](const auto& req, auto& res) {
-            res.set_redirect("http://127.0.0.1:" + std::to_string(cdn_port_) + "/cdn/" +
+            int port = redirect_to_self ? port_ : cdn_port_;
+            if (drop_after_redirect > 0) {
+                --drop_after_redirect;
+                port = closer_.port();
+            }
+            res.set_redirect("http://127.0.0.1:" + std::to_string(port) + "/cdn/" +
                              std::string(req.matches[1]) + "/" + std::string(req.matches[3]));
         });
     }
@@ -239,8 +255,41 @@ class FakeHub {
             });
     }
 
+    // Accepts connections and closes them at once: a peer gone after the redirect.
+    class ClosingListener {
+      public:
+        ClosingListener() {
+            fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+            sockaddr_in at{};
+            at.sin_family = AF_INET;
+            at.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+            socklen_t len = sizeof at;
+            if (::bind(fd_, reinterpret_cast<sockaddr*>(&at), len) != 0 || ::listen(fd_, 16) != 0 ||
+                ::getsockname(fd_, reinterpret_cast<sockaddr*>(&at), &len) != 0)
+                throw std::runtime_error("the closing listener cannot listen");
+            port_ = ntohs(at.sin_port);
+            thread_ = std::thread([this] {
+                for (int c; (c = ::accept(fd_, nullptr, nullptr)) >= 0;) ::close(c);
+            });
+        }
+        ~ClosingListener() {
+            ::shutdown(fd_, SHUT_RDWR);  // accept() returns, and the thread ends
+            thread_.join();
+            ::close(fd_);
+        }
+        ClosingListener(const ClosingListener&) = delete;
+        ClosingListener& operator=(const ClosingListener&) = delete;
+        int port() const { return port_; }
+
+      private:
+        int fd_ = -1;
+        int port_ = 0;
+        std::thread thread_;
+    };
+
     httplib::Server api_;
     httplib::Server cdn_;
+    ClosingListener closer_;
     int port_ = 0;
     int cdn_port_ = 0;
     std::thread api_thread_;

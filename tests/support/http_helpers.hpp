@@ -56,7 +56,6 @@ inline std::vector<std::string> sse_events(const std::string& body) {
     return out;
 }
 
-// GET returning a JSON body; an empty object when the server did not answer.
 // POSTs `body` as JSON, expects `status` and returns the parsed reply (discarded when not JSON).
 inline json post_json(httplib::Client& c, const std::string& path, const json& body,
                       int status = 200) {
@@ -67,6 +66,7 @@ inline json post_json(httplib::Client& c, const std::string& path, const json& b
     return json::parse(r->body, nullptr, false);
 }
 
+// GET returning a JSON body; an empty object when the server did not answer.
 inline json get_json(httplib::Client& c, const std::string& path) {
     auto r = c.Get(path);
     EXPECT_TRUE(r) << "GET " << path << " got no response";

@@ -19,7 +19,10 @@ namespace llamapp::test {
 
 class ServerProcess {
   public:
-    explicit ServerProcess(std::vector<std::string> args) {
+    // Returns once the server serves (its models loaded), or with `Until::listening` as soon as
+    // it listens (its load-on-start models may still be loading).
+    enum class Until { serving, listening };
+    explicit ServerProcess(std::vector<std::string> args, Until until_state = Until::serving) {
         int err[2];
         if (::pipe(err) != 0) throw std::runtime_error("pipe");
         std::vector<std::string> argv = {binary("llamapp").string(), "serve", "--port", "0"};
@@ -38,8 +41,9 @@ class ServerProcess {
         }
         ::close(err[1]);
         err_ = err[0];
-        // The listening line names the port (or the unix socket).
+        // The listening and serving lines name the port (or the unix socket).
         const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(180);
+        const char* line = until_state == Until::serving ? "serving on " : " on ";
         bool listening = false;
         while (!listening && std::chrono::steady_clock::now() < until) {
             if (!read_some(200)) {
@@ -48,7 +52,8 @@ class ServerProcess {
             }
             const auto at = log_.find("://127.0.0.1:");  // http or https
             if (at != std::string::npos) port_ = std::stoi(log_.substr(at + 13));
-            listening = port_ != 0 || log_.find("serving on unix socket") != std::string::npos;
+            listening = (port_ != 0 || log_.find("on unix socket") != std::string::npos) &&
+                        log_.find(line) != std::string::npos;
         }
         if (!listening) throw std::runtime_error("the server did not start:\n" + log_);
     }

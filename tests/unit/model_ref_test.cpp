@@ -32,6 +32,11 @@ TEST(ModelRef, EachSpellingMeansOneKind) {
          "sub/dir/model-Q8_0.gguf"},
         {"hf://owner/repo:q4_0", ModelRefKind::hub, "owner/repo", "", "q4_0"},
         {"hf:owner/repo", ModelRefKind::hub, "owner/repo"},
+        // Ollama's spelling of what it pulled from the hub, and its implied tag.
+        {"hf.co/owner/repo:Q8_0", ModelRefKind::hub, "owner/repo", "", "Q8_0"},
+        {"huggingface.co/owner/repo:latest", ModelRefKind::hub, "owner/repo"},
+        {"https://huggingface.co/owner/repo", ModelRefKind::hub, "owner/repo"},
+        {"owner/repo:latest", ModelRefKind::hub, "owner/repo"},
         {"qwen3-0.6b", ModelRefKind::name, "qwen3-0.6b"},
         {"qwen3:0.6b", ModelRefKind::name, "qwen3:0.6b"},
         {"stories260K", ModelRefKind::name, "stories260K"},
@@ -96,6 +101,31 @@ TEST(ModelRef, MalformedReferencesAreRefusedNamingThePartAtFault) {
         EXPECT_EQ(ref.error().context, c.context) << c.text;
         EXPECT_FALSE(ref.error().message.empty());
     }
+}
+
+// Every name llamapp prints for a hub model finds it again: the repository in any case, the
+// file, or a tag the file carries; a tag it does not carry, another file or repository do not.
+TEST(ModelRef, AHubModelAnswersToItsFileAndItsTag) {
+    const HubRef pulled{"acme/tiny-GGUF", "", "Q8_0"};
+    const std::filesystem::path file = "/cache/models--acme--tiny-GGUF/snapshots/c/tiny-Q8_0.gguf";
+    const auto names = [&](const std::string& text, const HubRef& have,
+                           const std::filesystem::path& at) {
+        auto ref = parse_model_ref(text);
+        EXPECT_TRUE(ref && ref->kind == ModelRefKind::hub) << text;
+        return ref && hub_ref_names(ref->hub, have, at);
+    };
+    for (const char* text : {"acme/tiny-GGUF:Q8_0", "hf.co/acme/tiny-GGUF:q8_0",
+                             "acme/tiny-gguf:tiny-Q8_0.gguf", "ACME/tiny-GGUF:Q8_0"}) {
+        EXPECT_TRUE(names(text, pulled, file)) << text;
+    }
+    EXPECT_TRUE(names("acme/tiny-GGUF:Q8_0", pulled, {}));  // not in the cache yet: as asked
+    for (const char* text : {"acme/tiny-GGUF:Q4_K_M", "acme/tiny-GGUF:other-Q8_0.gguf",
+                             "acme/small-GGUF:Q8_0", "acme/tiny-GGUF"}) {
+        EXPECT_FALSE(names(text, pulled, file)) << text;
+    }
+    // A model pulled without a tag answers to the bare repository and to its file's tag.
+    EXPECT_TRUE(names("hf.co/acme/tiny-GGUF:latest", HubRef{"acme/tiny-GGUF"}, file));
+    EXPECT_TRUE(names("acme/tiny-GGUF:Q8_0", HubRef{"acme/tiny-GGUF"}, file));
 }
 
 }  // namespace

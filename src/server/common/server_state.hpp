@@ -62,6 +62,7 @@ struct ServerState {
     ServerOptions options;
     ModelPulls pulls;  // POST /models, /api/pull
     std::atomic<bool> draining{false};
+    std::atomic<bool> loading{false};  // the models given at start are still loading
     std::atomic<int> in_flight{0};
     std::atomic<std::uint64_t> next_id{0};
 

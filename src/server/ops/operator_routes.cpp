@@ -19,8 +19,13 @@ void OperatorRoutes::health(httplib::Response& res) const {
         queued += st.queued_requests;
         full = full || st.queued_requests >= st.max_queued_requests;
     }
-    const bool ready = !state_.draining && !full;
-    json body = {{"status", ready ? "ok" : (state_.draining ? "draining" : "busy")},
+    const bool loading = state_.loading && !state_.draining;
+    const bool ready = !state_.draining && !full && !loading;
+    const char* status = ready            ? "ok"
+                         : state_.draining ? "draining"
+                         : loading         ? "loading"
+                                           : "busy";
+    json body = {{"status", status},
                  {"slots", slots},
                  {"busy_slots", busy},
                  {"queued_requests", queued},
