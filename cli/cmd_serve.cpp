@@ -521,8 +521,7 @@ Result<StartingModels> known_models(const ServeFlags& flags, std::shared_ptr<KvS
 }
 
 // Loads the load-on-startup models; the first failure is the server's.
-Result<void> preload(ModelManager& manager, const std::vector<std::string>& ids,
-                     bool autoload) {
+Result<void> preload(ModelManager& manager, const std::vector<std::string>& ids, bool autoload) {
     for (const std::string& id : ids) {
         // acquire() alone does not load under --no-models-autoload.
         if (!autoload) {
@@ -569,7 +568,8 @@ class SignalWatcher {
             int sig = 0;
             sigwait(&signals_, &sig);
             if (!told_)
-                std::fprintf(stderr, "llamapp: %s, draining\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+                std::fprintf(stderr, "llamapp: %s, draining\n",
+                             sig == SIGINT ? "SIGINT" : "SIGTERM");
             server.drain();
         });
     }

@@ -38,11 +38,30 @@ const std::vector<Group>& groups() {
           "reasoning-effort", "reasoning-preserve", "chat-template-kwargs", "prefill-assistant"}},
         {"Sampling",
          false,
-         {"temp", "top-k", "top-p", "min-p", "typical", "repeat-penalty", "repeat-last-n",
-          "presence-penalty", "frequency-penalty", "dry-multiplier", "dry-base",
-          "dry-allowed-length", "dry-penalty-last-n", "dry-sequence-breaker", "xtc-probability",
-          "xtc-threshold", "mirostat", "mirostat-lr", "mirostat-ent", "seed", "grammar",
-          "grammar-file", "json-schema", "deterministic"}},
+         {"temp",
+          "top-k",
+          "top-p",
+          "min-p",
+          "typical",
+          "repeat-penalty",
+          "repeat-last-n",
+          "presence-penalty",
+          "frequency-penalty",
+          "dry-multiplier",
+          "dry-base",
+          "dry-allowed-length",
+          "dry-penalty-last-n",
+          "dry-sequence-breaker",
+          "xtc-probability",
+          "xtc-threshold",
+          "mirostat",
+          "mirostat-lr",
+          "mirostat-ent",
+          "seed",
+          "grammar",
+          "grammar-file",
+          "json-schema",
+          "deterministic"}},
         {"KV cache",
          false,
          {"cache-ram", "cache-disk", "cache-disk-max", "cache-min-tokens", "cache-type-k",
@@ -64,7 +83,9 @@ const std::vector<Group>& groups() {
           "batch-strategy"}},
         {"Logging", false, {"log-level", "verbose", "verbosity", "log-disable"}},
         // Taken so that a llama-server command line runs unchanged; each says what it does here.
-        {"llama-server compatibility", false, {"metrics", "ui", "backend-sampling", "cont-batching"}},
+        {"llama-server compatibility",
+         false,
+         {"metrics", "ui", "backend-sampling", "cont-batching"}},
     };
     return table;
 }
@@ -83,18 +104,17 @@ class GroupedHelp final : public CLI::Formatter {
                 return o->get_group() == group && o->nonpositional();
             });
         };
-        const bool shorten = mode != CLI::AppFormatMode::All &&
-                             app->get_options([](const CLI::Option* o) {
-                                 return o->nonpositional();
-                             }).size() > long_help;
+        const bool shorten =
+            mode != CLI::AppFormatMode::All && app->get_options([](const CLI::Option* o) {
+                                                      return o->nonpositional();
+                                                  }).size() > long_help;
         std::string more;
         std::size_t hidden = 0;
         std::vector<std::string> names;
         for (const Group& g : groups()) names.push_back(g.name);
         names.push_back(other_options);
         for (const std::string& group : app->get_groups())
-            if (std::find(names.begin(), names.end(), group) == names.end())
-                names.push_back(group);
+            if (std::find(names.begin(), names.end(), group) == names.end()) names.push_back(group);
         for (const std::string& group : names) {
             const auto options = in_group(group);
             if (options.empty()) continue;

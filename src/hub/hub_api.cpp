@@ -250,7 +250,8 @@ Result<HubRepoFiles> hub_list_files(std::string_view repo, const HubOptions& opt
     if (ref->kind != ModelRefKind::hub || !ref->hub.file.empty() || !ref->hub.quant.empty())
         return fail(ErrorCode::invalid_argument, "a repository is owner/name", std::string(repo));
     HubRepoFiles listing{std::string(repo)};
-    auto refs = detail::hub_get_json(fmt::format("api/models/{}/refs", repo), listing.repo, options);
+    auto refs =
+        detail::hub_get_json(fmt::format("api/models/{}/refs", repo), listing.repo, options);
     if (!refs) return std::unexpected(refs.error());
     for (const auto& b : refs->value("branches", nlohmann::json::array())) {
         if (!b.is_object() || !b.contains("targetCommit") || !b["targetCommit"].is_string())

@@ -195,9 +195,7 @@ TEST_F(CliHub, DiskFaultsDuringAPullPublishNothingWrongAndLoseNothingThatArrived
         " LLAMAPP_FAULT_CONTROL=" + control.string() +
         " ASAN_OPTIONS=\"$ASAN_OPTIONS:verify_asan_link_order=0\"";
     auto set = [&](const std::string& fault) { std::ofstream(control) << fault; };
-    auto listed = [&] {
-        return llamapp("ls").out.find("test/stories:Q8_0 ") != std::string::npos;
-    };
+    auto listed = [&] { return llamapp("ls").out.find("test/stories:Q8_0 ") != std::string::npos; };
 
     set("enospc");
     auto full = llamapp("pull test/stories:Q8_0", true, faulty);
@@ -295,8 +293,8 @@ TEST_F(CliHub, ACachedModelRunsWhileTheHubIsDown) {
               std::string::npos)
         << run.out;
     EXPECT_NE(run.out.find("Once upon a time, there was"), std::string::npos) << run.out;
-    auto absent = llamapp("run test/absent:Q8_0 'Once' -n 2", true,
-                          "MODEL_ENDPOINT=http://127.0.0.1:1/");
+    auto absent =
+        llamapp("run test/absent:Q8_0 'Once' -n 2", true, "MODEL_ENDPOINT=http://127.0.0.1:1/");
     EXPECT_NE(absent.status, 0);
     EXPECT_NE(absent.out.find("the hub cannot be reached"), std::string::npos) << absent.out;
     EXPECT_NE(absent.out.find("[network_error]"), std::string::npos) << absent.out;
@@ -316,7 +314,8 @@ TEST_F(CliHub, APullSurvivesConnectionsClosedAfterTheRedirect) {
     hub.drop_after_redirect = 100;
     auto broken = llamapp("pull test/stories:Q8_0");
     EXPECT_NE(broken.status, 0);
-    EXPECT_NE(broken.out.find("the connection to the hub broke (4 tries) (test/stories:Q8_0) [network_error]"),
+    EXPECT_NE(broken.out.find(
+                  "the connection to the hub broke (4 tries) (test/stories:Q8_0) [network_error]"),
               std::string::npos)
         << broken.out;
     EXPECT_EQ(broken.out.find("kept"), std::string::npos) << broken.out;

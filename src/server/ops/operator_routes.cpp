@@ -21,10 +21,7 @@ void OperatorRoutes::health(httplib::Response& res) const {
     }
     const bool loading = state_.loading && !state_.draining;
     const bool ready = !state_.draining && !full && !loading;
-    const char* status = ready            ? "ok"
-                         : state_.draining ? "draining"
-                         : loading         ? "loading"
-                                           : "busy";
+    const char* status = ready ? "ok" : state_.draining ? "draining" : loading ? "loading" : "busy";
     json body = {{"status", status},
                  {"slots", slots},
                  {"busy_slots", busy},
