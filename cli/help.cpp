@@ -126,10 +126,12 @@ class GroupedHelp final : public CLI::Formatter {
             }
             out += make_group(group, false, options);
         }
+        out += '\n';  // CLI11 starts each group with a blank line but does not end one
         if (hidden)
             out += fmt::format("{} more options: {}.\n`{} --help-all` lists every option.\n\n",
                                hidden, more, name);
-        return out + make_subcommands(app, mode) + make_footer(app);
+        const std::string subcommands = make_subcommands(app, mode);
+        return out + subcommands + (subcommands.empty() ? "" : "\n") + make_footer(app);
     }
 
   private:

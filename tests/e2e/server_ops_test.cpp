@@ -350,8 +350,28 @@ TEST(ServerOps, TheRequestDeadlineEndsALongGeneration) {
               1);
 }
 
-TEST(ServerOps, HelpNamesTheFlags) {
-    const std::string help = run_command(binary("llamapp").string() + " serve --help").out;
+// Every option of run and serve sits in a named group: "Other options" holds only the help flags.
+void expect_only_help_flags_ungrouped(const std::string& help) {
+    const auto other = help.find("\nOther options:\n");
+    ASSERT_NE(other, std::string::npos) << help;
+    std::istringstream lines(help.substr(other + 16));
+    std::string line;
+    while (std::getline(lines, line) && line.starts_with("  "))
+        EXPECT_TRUE(line.starts_with("  -h,--help") || line.starts_with("  --help-all")) << line;
+}
+
+TEST(ServerOps, HelpShowsTheCommonFlagsAndHelpAllEveryFlag) {
+    const std::string llamapp = binary("llamapp").string();
+    const std::string short_help = run_command(llamapp + " serve --help").out;
+    for (const char* flag : {"-m,", "--hf-repo", "-c,", "--host", "--port", "--api-key"})
+        EXPECT_NE(short_help.find(flag), std::string::npos) << flag << " missing from:\n"
+                                                            << short_help;
+    EXPECT_EQ(short_help.find("--cache-disk"), std::string::npos) << "a rare flag in --help";
+    EXPECT_NE(short_help.find("llamapp serve --help-all"), std::string::npos) << short_help;
+    for (const char* command : {" serve", " run"})
+        expect_only_help_flags_ungrouped(run_command(llamapp + command + " --help-all").out);
+
+    const std::string help = run_command(llamapp + " serve --help-all").out;
     for (const char* flag : {"-m",
                              "-c,",
                              "-np",

@@ -273,6 +273,22 @@ TEST_F(Server, ForcedToolCallWhole) {
     EXPECT_EQ(choice["finish_reason"], "tool_calls");
 }
 
+// A weak model, free to put any run of blanks between a call's JSON tokens, filled max_tokens
+// with them instead of closing the call; one blank at most lets even a random model close it.
+TEST_F(Server, AForcedCallClosesWellWithinSixtyFourTokens) {
+    json body = forced_call_body();
+    body["max_tokens"] = 64;
+    auto r = server_->client().Post("/v1/chat/completions", body.dump(), "application/json");
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    const json reply = json::parse(r->body);
+    EXPECT_EQ(reply["choices"][0]["finish_reason"], "tool_calls") << reply;
+    EXPECT_LT(reply["usage"]["completion_tokens"].get<int>(), 40) << reply;
+    const json& call = reply["choices"][0]["message"]["tool_calls"][0]["function"];
+    const std::string arguments = call["arguments"];
+    EXPECT_EQ(arguments.find("  "), std::string::npos) << arguments;
+}
+
 TEST_F(Server, ForcedToolCallStreamedAsDeltas) {
     json body = forced_call_body();
     body["stream"] = true;
@@ -318,8 +334,10 @@ TEST_F(Server, ACallCutByMaxTokensStaysACall) {
         EXPECT_TRUE(r && r->status == 200) << (r ? r->body : "no response");
         return r ? r->body : std::string();
     };
-    const json full = json::parse(post(forced_call_body()))["choices"][0]["message"];
+    const json full_reply = json::parse(post(forced_call_body()));
+    const json& full = full_reply["choices"][0]["message"];
     ASSERT_EQ(full["tool_calls"].size(), 1u) << full;
+    const int full_tokens = full_reply["usage"]["completion_tokens"];
     const std::string full_args = full["tool_calls"][0]["function"]["arguments"];
 
     // Greedy output is the same each time, so max_tokens = k cuts the same reply after k tokens:
@@ -329,6 +347,7 @@ TEST_F(Server, ACallCutByMaxTokensStaysACall) {
     std::string cut_args;
     // Spread over the call's markup and arguments (each cut is a request; kept few for TSan).
     for (int k : {1, 2, 3, 5, 8, 12, 17, 23, 30, 38}) {
+        if (k >= full_tokens) break;
         body["max_tokens"] = k;
         const json choice = json::parse(post(body))["choices"][0];
         ASSERT_EQ(choice["finish_reason"], "length") << k;

@@ -209,8 +209,14 @@ TEST_F(Hub, RefusalsAreTypedAndATokenIsSent) {
     ASSERT_FALSE(no_file);
     EXPECT_EQ(no_file.error().code, ErrorCode::not_found);
 
+    // With the hub out of reach, a cached model is answered from the cache and says so; an
+    // uncached one is a network error.
     ::setenv("MODEL_ENDPOINT", "http://127.0.0.1:1/", 1);  // nothing listens on port 1
-    auto unreachable = llamapp::hub_pull(HubRef{"test/gated"}, options);
+    auto cached = llamapp::hub_pull(HubRef{"test/gated"}, options);
+    ASSERT_TRUE(cached) << cached.error().describe();
+    EXPECT_FALSE(cached->hub_unreachable.empty());
+    EXPECT_EQ(cached->path, with_token->path);
+    auto unreachable = llamapp::hub_pull(HubRef{"test/elsewhere"}, options);
     ASSERT_FALSE(unreachable);
     EXPECT_EQ(unreachable.error().code, ErrorCode::network_error);
 }

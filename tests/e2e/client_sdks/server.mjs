@@ -22,7 +22,7 @@ export function startServer(args, env = {}) {
     const timer = setTimeout(() => reject(new Error("the server did not start:\n" + log)), 60000);
     child.stderr.on("data", (chunk) => {
       log += chunk;
-      const m = log.match(/http:\/\/127\.0\.0\.1:(\d+)/);
+      const m = log.match(/serving on http:\/\/127\.0\.0\.1:(\d+)/);
       if (m) {
         clearTimeout(timer);
         resolve({ child, port: Number(m[1]) });
