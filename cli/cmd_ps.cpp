@@ -1,6 +1,6 @@
-// `llamapp ps`: the models a running server holds, with their memory and idle time (as `ollama
-// ps` shows them), read from its GET /v1/models.
-#include <httplib.h>
+// `llamapp ps` and `llamapp stop`: the models a running server holds, with their memory and idle
+// time (as `ollama ps` shows them, from its GET /v1/models), and unloading one of them (POST
+// /models/unload).
 #include <nlohmann/json.hpp>
 
 #include <fmt/core.h>
@@ -9,8 +9,8 @@
 #include <memory>
 
 #include "commands.hpp"
-#include "llama_flags.hpp"
 #include "options.hpp"
+#include "server_client.hpp"
 
 namespace llamapp::cli {
 
@@ -19,9 +19,7 @@ namespace {
 using json = nlohmann::json;
 
 struct PsFlags {
-    std::string host = "127.0.0.1";
-    int port = 8080;
-    std::string api_key;
+    ServerAddress server;
     bool all = false;
     bool json_out = false;
 };
@@ -41,39 +39,19 @@ std::string footprint_text(const json& meta) {
     return bytes == 0 ? "-" : human_bytes(bytes);
 }
 
-// Where to reach a server listening on `host`: its first address, and loopback for a wildcard.
-std::string address_of(const std::string& host) {
-    std::string first = host.substr(0, host.find(','));
-    if (first.empty() || first == "0.0.0.0") return "127.0.0.1";
-    if (first == "::" || first == "[::]") return "::1";
-    return first;
-}
-
 int ps(const PsFlags& f) {
-    httplib::Client client(address_of(f.host), f.port);
-    client.set_connection_timeout(std::chrono::seconds(5));
-    // serve takes a comma list of keys; any one of them opens the server.
-    if (!f.api_key.empty()) client.set_bearer_token_auth(f.api_key.substr(0, f.api_key.find(',')));
-    auto r = client.Get("/v1/models");
-    if (!r)
-        return report(
-            Error{ErrorCode::io_error, "no server answered", fmt::format("{}:{}", f.host, f.port)});
-    const json body = json::parse(r->body, nullptr, false);
-    if (r->status != 200 || !body.contains("data")) {
-        const std::string why = body.is_object() && body.contains("error")
-                                    ? body["error"].value("message", "")
-                                    : r->body.substr(0, 200);
-        return report(
-            Error{ErrorCode::io_error, fmt::format("the server answered {}", r->status), why});
-    }
+    auto body = ask_server(f.server, "/v1/models");
+    if (!body) return report(body.error());
+    if (!body->contains("data") || !(*body)["data"].is_array())
+        return report(Error{ErrorCode::io_error, "the server's model list has no data"});
     if (f.json_out) {
-        std::printf("%s\n", body["data"].dump(2).c_str());
+        std::printf("%s\n", (*body)["data"].dump(2).c_str());
         return 0;
     }
     std::printf("%-28s %-10s %10s %7s %6s %8s\n", "ID", "STATUS", "MEMORY", "CONTEXT", "SLOTS",
                 "IDLE");
     int shown = 0;
-    for (const json& m : body["data"]) {
+    for (const json& m : (*body)["data"]) {
         const std::string status = m.value("status", "");
         const bool resident = status == "ready" || status == "loading" || status == "unloading";
         if (!resident && !f.all) continue;
@@ -87,19 +65,40 @@ int ps(const PsFlags& f) {
     return 0;
 }
 
+struct StopFlags {
+    ServerAddress server;
+    std::string model;
+    double grace_seconds = -1;
+};
+
+// As `ollama stop`: quiet when the model was unloaded.
+int stop(const StopFlags& f) {
+    json body = {{"model", f.model}};
+    if (f.grace_seconds >= 0) body["grace_seconds"] = f.grace_seconds;
+    auto unloaded = ask_server(f.server, "/models/unload", &body);
+    return unloaded ? 0 : report(unloaded.error());
+}
+
 }  // namespace
 
 Runner add_ps(CLI::App& app) {
     auto flags = std::make_shared<PsFlags>();
     CLI::App* cmd = app.add_subcommand("ps", "the models a running server has loaded");
-    // serve's flags and environment (LLAMA_ARG_HOST, LLAMA_ARG_PORT, LLAMA_API_KEY): a shell
-    // that started the server with them finds it without repeating them.
-    add_llama_option(*cmd, "--host", flags->host, "the server's address")->capture_default_str();
-    add_llama_option(*cmd, "--port", flags->port, "the server's port")->capture_default_str();
-    add_llama_option(*cmd, "--api-key", flags->api_key, "the server's API key");
+    add_server_flags(*cmd, flags->server);
     cmd->add_flag("--all", flags->all, "list known models that are not loaded too");
     cmd->add_flag("--json", flags->json_out, "print the server's model objects");
     return [flags]() -> int { return ps(*flags); };
+}
+
+Runner add_stop(CLI::App& app) {
+    auto flags = std::make_shared<StopFlags>();
+    CLI::App* cmd = app.add_subcommand("stop", "unload a model from a running server");
+    cmd->add_option("model", flags->model, "the model, by any name ps or ls shows")->required();
+    add_server_flags(*cmd, flags->server);
+    cmd->add_option("--grace", flags->grace_seconds,
+                    "seconds its requests in flight may finish (default: the server's)")
+        ->check(CLI::Range(0.0, 3600.0));
+    return [flags]() -> int { return stop(*flags); };
 }
 
 }  // namespace llamapp::cli

@@ -1,5 +1,6 @@
-// `llamapp run`: one prompt streamed to stdout, --json for a machine-readable result, or
-// --chat for an interactive multi-turn conversation.
+// `llamapp run`: a chat with a model that has a chat template (one reply to a prompt, or the
+// REPL), or a raw completion of a prompt (--raw, or a model without a template); --json for a
+// machine-readable result.
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
@@ -9,9 +10,16 @@
 #include <iostream>
 #include <memory>
 
+#include <unistd.h>
+
+#include <cctype>
+#include <iterator>
+
+#include "chat_repl.hpp"
 #include "commands.hpp"
 #include "llama_flags.hpp"
 #include "options.hpp"
+#include "run_output.hpp"
 
 namespace llamapp::cli {
 
@@ -26,11 +34,15 @@ struct RunFlags {
     std::string prompt;
     std::string prompt_file;
     std::vector<std::string> words;  // `run [MODEL] [PROMPT]`, as `ollama run` takes them
-    int n_predict = 128;
+    int n_predict = 128;             // a chat's replies are not cut unless -n is given
+    bool n_predict_given = false;
     std::vector<std::string> stop;
     bool ignore_eos = false;
     bool json = false;
     bool chat = false;
+    bool raw = false;
+    std::string reasoning = "auto";
+    bool hide_thinking = false;
     std::string system;
     std::string chat_template_file;
     bool no_display_prompt = false;
@@ -48,34 +60,6 @@ void on_sigint(int) {
     }
 }
 
-nlohmann::json to_json(const Completion& c) {
-    const Generation& g = c.generation;
-    nlohmann::json out = {
-        {"text", g.text},
-        {"tokens", g.tokens},
-        {"finish_reason", std::string(to_string(g.finish_reason))},
-        {"usage",
-         {{"prompt_tokens", g.usage.prompt_tokens},
-          {"cached_tokens", g.usage.cached_tokens},
-          {"completion_tokens", g.usage.completion_tokens}}},
-        {"timings",
-         {{"prefill_ms", g.timings.prefill_ms},
-          {"prefill_tokens_per_s", g.timings.prefill_tokens_per_s},
-          {"decode_ms", g.timings.decode_ms},
-          {"decode_tokens_per_s", g.timings.decode_tokens_per_s},
-          {"ttft_ms", g.timings.ttft_ms},
-          {"total_ms", g.timings.total_ms}}},
-    };
-    out["cache"] = {{"reused_tokens", c.cache.reused_tokens},
-                    {"source", std::string(to_string(c.cache.source))},
-                    {"tier", c.cache.tier}};
-    if (!g.stop_sequence.empty()) out["stop_sequence"] = g.stop_sequence;
-    if (g.error)
-        out["error"] = {{"code", std::string(to_string(g.error->code))},
-                        {"message", g.error->describe()}};
-    return out;
-}
-
 // Waits for a request's final event, printing its pieces to stdout as they come when `print`.
 std::optional<Completion> stream_reply(RequestHandle& handle, bool print) {
     std::optional<Completion> done;
@@ -89,85 +73,6 @@ std::optional<Completion> stream_reply(RequestHandle& handle, bool print) {
         }
     }
     return done;
-}
-
-// One line on stderr after the output: tokens, where the prompt's KV came from, speeds.
-void print_summary(const Completion& done) {
-    std::fflush(stdout);  // after the text, also when stdout is a pipe
-    const Generation& g = done.generation;
-    std::string cache = "cold";
-    if (done.cache.reused_tokens > 0) {
-        cache = fmt::format("{} cached ({}{}{})", done.cache.reused_tokens,
-                            to_string(done.cache.source), done.cache.tier.empty() ? "" : ": ",
-                            done.cache.tier);
-    }
-    const std::string drafts =
-        done.draft_tokens > 0
-            ? fmt::format(", drafts {} of {} kept", done.draft_accepted, done.draft_tokens)
-            : "";
-    std::fprintf(stderr,
-                 "[%d prompt tokens, %s, %d generated, ttft %.1f ms, prefill %.1f tok/s, decode "
-                 "%.1f tok/s%s, %s]\n",
-                 g.usage.prompt_tokens, cache.c_str(), g.usage.completion_tokens, g.timings.ttft_ms,
-                 g.timings.prefill_tokens_per_s, g.timings.decode_tokens_per_s, drafts.c_str(),
-                 std::string(to_string(g.finish_reason)).c_str());
-}
-
-// Each turn resends the whole conversation to the engine under one session, so the sequence
-// keeps the history's KV and a turn computes only its new tokens (with --cache-disk the system
-// prompt stays warm across runs too).
-int run_chat(Engine& engine, const Model& model, const RunFlags& flags,
-             const GenerateOptions& options) {
-    std::string override_source;
-    if (!flags.chat_template_file.empty()) {
-        auto text = read_text_file(flags.chat_template_file, "--chat-template-file");
-        if (!text) return report(text.error());
-        override_source = *text;
-    }
-    auto tmpl = ChatTemplate::create(model, override_source, MissingTemplate::chatml);
-    if (!tmpl) return report(tmpl.error());
-    if (tmpl->is_fallback())
-        std::fprintf(stderr, "chat: the model has no chat template; using ChatML\n");
-    std::vector<ChatMessage> history;
-    if (!flags.system.empty()) history.push_back({.role = "system", .content = flags.system});
-    std::string line;
-    std::fprintf(stderr,
-                 "chat: type a message, Enter to send; /reset clears history, Ctrl-D quits\n");
-    while (true) {
-        std::fprintf(stderr, "> ");
-        if (!std::getline(std::cin, line)) break;
-        if (line.empty()) continue;
-        if (line == "/reset") {
-            history.resize(flags.system.empty() ? 0 : 1);
-            continue;
-        }
-        history.push_back({.role = "user", .content = line});
-        CancellationToken cancel;
-        g_interrupt = &cancel;
-        EngineRequest request;
-        request.options = options;
-        request.options.cancel = cancel;
-        request.session = "chat";
-        auto submission = engine.submit_chat(*tmpl, history, std::move(request));
-        std::optional<Completion> done;
-        if (submission) done = stream_reply(submission->handle, true);
-        g_interrupt = nullptr;
-        std::fputc('\n', stdout);
-        const Generation* reply = done ? &done->generation : nullptr;
-        if (!reply || reply->error) {
-            history.pop_back();
-            if (!submission)
-                report(submission.error());
-            else if (reply)
-                report(*reply->error);
-            continue;
-        }
-        print_summary(*done);
-        history.push_back(ChatTemplate::parse(reply->text, submission->prompt,
-                                              reply->finish_reason == FinishReason::stop));
-    }
-    engine.shutdown();  // saves per the policy and waits for the writes
-    return 0;
 }
 
 // `run MODEL PROMPT`: the first word is the model unless -m or -hf named one, the next the
@@ -189,7 +94,7 @@ Result<void> take_words(RunFlags& flags) {
 }
 
 // The prompt and the generation options from the flags.
-Result<std::pair<std::string, GenerateOptions>> run_inputs(const RunFlags& flags) {
+Result<std::pair<std::string, GenerateOptions>> run_inputs(const RunFlags& flags, bool chat) {
     auto sampling = sampling_params(flags.sampling);
     if (!sampling) return std::unexpected(sampling.error());
     std::string prompt = flags.prompt;
@@ -198,10 +103,10 @@ Result<std::pair<std::string, GenerateOptions>> run_inputs(const RunFlags& flags
         if (!text) return std::unexpected(text.error());
         prompt = *text;
     }
-    if (prompt.empty() && flags.prompt_file.empty() && !flags.chat) prompt = "Once upon a time";
+    if (prompt.empty() && flags.prompt_file.empty() && !chat) prompt = "Once upon a time";
     GenerateOptions options;
     options.sampling = *sampling;
-    options.max_tokens = flags.n_predict;
+    options.max_tokens = chat && !flags.n_predict_given ? -1 : flags.n_predict;
     options.stop = flags.stop;
     options.ignore_eos = flags.ignore_eos;
     if (auto ok = options.validate(); !ok) return std::unexpected(ok.error());
@@ -226,7 +131,7 @@ int run_once(Engine& engine, const RunFlags& flags, std::string prompt, Generate
     if (!done) return report(Error{ErrorCode::internal, "the request ended without a result", {}});
     const Generation& result = done->generation;
     if (flags.json) {
-        std::cout << to_json(*done).dump(2) << "\n";
+        std::cout << completion_json(*done).dump(2) << "\n";
     } else {
         std::fputc('\n', stdout);
         print_summary(*done);
@@ -238,28 +143,89 @@ int run_once(Engine& engine, const RunFlags& flags, std::string prompt, Generate
     return 0;
 }
 
-int run(RunFlags& flags) {
-    if (auto ok = take_words(flags); !ok) return report(ok.error());
-    auto inputs = run_inputs(flags);
-    if (!inputs) return report(inputs.error());
-    auto& [prompt, options] = *inputs;
+// A chat unless --raw: the model's template (or the one given) frames the prompt as a user turn.
+// A model without a template chats only when --chat asks (with ChatML).
+bool chats(const RunFlags& flags, const Model& model) {
+    if (flags.raw) return false;
+    return flags.chat || model.info().chat_template || !flags.chat_template_file.empty();
+}
+
+Result<ChatRunOptions> chat_options(const RunFlags& flags, std::string prompt) {
+    ChatRunOptions o;
+    o.system = flags.system;
+    if (!flags.chat_template_file.empty()) {
+        auto text = read_text_file(flags.chat_template_file, "--chat-template-file");
+        if (!text) return std::unexpected(text.error());
+        o.template_source = *text;
+    }
+    o.thinking = flags.reasoning != "off";
+    o.first_message = std::move(prompt);
+    // The REPL follows the prompt with --chat, and runs without one on a terminal; otherwise a
+    // prompt gets one reply, and piped input is the prompt (as `echo hi | ollama run M`).
+    o.interactive = flags.chat || (o.first_message.empty() && ::isatty(STDIN_FILENO));
+    if (!o.interactive && o.first_message.empty()) {
+        o.first_message.assign(std::istreambuf_iterator<char>(std::cin), {});
+        // The newline that ends piped text is not part of the message.
+        while (!o.first_message.empty() &&
+               std::isspace(static_cast<unsigned char>(o.first_message.back())))
+            o.first_message.pop_back();
+        if (o.first_message.find_first_not_of(" \t\n") == std::string::npos)
+            return fail(ErrorCode::invalid_argument,
+                        "no prompt: give one (a word, -p or -f), pipe it in, or use --chat");
+    }
+    o.show_thinking = !flags.hide_thinking && !flags.json && ::isatty(STDOUT_FILENO);
+    o.json = flags.json;
+    if (o.json && o.interactive)
+        return fail(ErrorCode::invalid_argument, "--json prints one reply: not with --chat");
+    o.chats_dir = default_chats_dir();
+    return o;
+}
+
+// One slot of an engine: the same path as the server, with the KV snapshot store, so a prompt
+// run before (in this process or, with --cache-disk, an earlier one) starts warm. A REPL without
+// --cache-disk keeps the KV of the conversations it saves (/save) in the chats directory, and
+// only those.
+Result<Engine> make_engine(const RunFlags& flags, const Model& model, const ChatRunOptions* chat) {
     auto ctx_options = context_options(flags.context);
-    if (!ctx_options) return report(ctx_options.error());
-    auto model = load_model(flags.common);
-    if (!model) return report(model.error());
-    std::signal(SIGINT, on_sigint);
-    // One slot of an engine: the same path as the server, with the KV snapshot store, so a
-    // prompt run before (in this process or, with --cache-disk, an earlier one) starts warm.
-    auto store = open_kv_store(flags.cache);
-    if (!store) return report(store.error());
+    if (!ctx_options) return std::unexpected(ctx_options.error());
+    CacheFlags cache = flags.cache;
+    const bool saves_only = chat && chat->interactive && cache.disk_dir.empty();
+    if (saves_only) cache.disk_dir = (chat->chats_dir / "kv").string();
+    auto store = open_kv_store(cache);
+    if (!store) return std::unexpected(store.error());
     EngineOptions engine_options;
     engine_options.context = *ctx_options;
     engine_options.context.n_seq_max = 1;
     engine_options.kv_store = *store;
+    if (saves_only) {
+        SavePolicy policy = (*store)->policy();
+        policy.on_finish = policy.on_prefill = policy.on_evict = policy.on_shutdown = false;
+        engine_options.save_policy = policy;
+    }
     apply_draft(flags.draft, engine_options);
-    auto engine = Engine::create(*model, std::move(engine_options));
+    return Engine::create(model, std::move(engine_options));
+}
+
+int run(RunFlags& flags) {
+    if (auto ok = take_words(flags); !ok) return report(ok.error());
+    if (flags.raw && flags.chat)
+        return report(Error{ErrorCode::invalid_argument, "--raw and --chat exclude each other"});
+    auto model = load_model(flags.common);
+    if (!model) return report(model.error());
+    const bool chat = chats(flags, *model);
+    auto inputs = run_inputs(flags, chat);
+    if (!inputs) return report(inputs.error());
+    auto& [prompt, options] = *inputs;
+    std::optional<ChatRunOptions> chat_run;
+    if (chat) {
+        auto o = chat_options(flags, std::move(prompt));
+        if (!o) return report(o.error());
+        chat_run = std::move(*o);
+    }
+    auto engine = make_engine(flags, *model, chat_run ? &*chat_run : nullptr);
     if (!engine) return report(engine.error());
-    if (flags.chat) return run_chat(*engine, *model, flags, options);
+    if (chat_run) return run_chat(*engine, *model, *chat_run, options);
+    std::signal(SIGINT, on_sigint);
     return run_once(*engine, flags, std::move(prompt), std::move(options));
 }
 
@@ -267,7 +233,9 @@ int run(RunFlags& flags) {
 
 Runner add_run(CLI::App& app) {
     auto flags = std::make_shared<RunFlags>();
-    CLI::App* cmd = app.add_subcommand("run", "generate text from a prompt (or chat with --chat)");
+    CLI::App* cmd = app.add_subcommand(
+        "run",
+        "chat with a model (one reply to a prompt, or a conversation), or complete a prompt");
     add_common(*cmd, flags->common);
     add_context(*cmd, flags->context);
     add_sampling(*cmd, flags->sampling);
@@ -278,17 +246,35 @@ Runner add_run(CLI::App& app) {
                     "MODEL (a file, a name from `llamapp ls`, or a hub owner/repo[:QUANT]) and "
                     "PROMPT, instead of -m and -p")
         ->expected(0, 2);
-    cmd->add_option("-p,--prompt", flags->prompt, "prompt text (default: a story opening)");
+    cmd->add_option("-p,--prompt", flags->prompt,
+                    "the prompt: a chat's first message, or the text --raw continues (default "
+                    "then: a story opening)");
     cmd->add_option("-f,--file", flags->prompt_file, "read the prompt from a file");
     add_llama_option(*cmd, "--n-predict", flags->n_predict,
-                     "tokens to generate (-1 = until the context is full)")
-        ->capture_default_str();
+                     "tokens to generate (-1 = until the context is full; a chat's default)")
+        ->capture_default_str()
+        ->each([flags](const std::string&) { flags->n_predict_given = true; });
     cmd->add_option("--stop", flags->stop, "stop string (repeatable)");
     cmd->add_flag("--ignore-eos", flags->ignore_eos,
                   "keep generating past end-of-generation tokens");
     cmd->add_flag("--json", flags->json, "print one JSON object with text, usage and timings");
-    cmd->add_flag("--chat", flags->chat, "interactive multi-turn chat using the model's template");
-    cmd->add_option("--system", flags->system, "system message for --chat");
+    cmd->add_flag("--chat", flags->chat,
+                  "the conversation (REPL) after the prompt, also when not on a terminal; on a "
+                  "model without a template, with ChatML");
+    cmd->add_flag("--raw", flags->raw, "continue the prompt as text, without the chat template");
+    cmd->add_option("--system", flags->system, "the chat's system message");
+    add_llama_option(*cmd, "--reasoning", flags->reasoning,
+                     "thinking in chat: on, off, or auto (the template's default) (-rea)")
+        ->transform(CLI::Transformer({{"true", "on"},
+                                      {"1", "on"},
+                                      {"enabled", "on"},
+                                      {"false", "off"},
+                                      {"0", "off"},
+                                      {"disabled", "off"}}))
+        ->check(CLI::IsMember({"on", "off", "auto"}))
+        ->capture_default_str();
+    cmd->add_flag("--hide-thinking", flags->hide_thinking,
+                  "do not print a reply's thinking (never printed when stdout is not a terminal)");
     cmd->add_option("--chat-template-file", flags->chat_template_file,
                     "Jinja chat template to use instead");
     cmd->add_flag("--no-display-prompt", flags->no_display_prompt,

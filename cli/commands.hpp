@@ -17,6 +17,10 @@ Runner add_embed(CLI::App& app);
 Runner add_devices(CLI::App& app);
 Runner add_cache_command(CLI::App& app);
 Runner add_ps(CLI::App& app);
+Runner add_stop(CLI::App& app);
+Runner add_show(CLI::App& app);
+// Generated from the commands registered on `app` when it runs: registered last.
+Runner add_completion(CLI::App& app);
 // pull, ls, rm and search share one runner.
 Runner add_hub_commands(CLI::App& app);
 

@@ -28,10 +28,13 @@ int main(int argc, char** argv) {
         {"devices", add_devices(app)},
         {"cache", add_cache_command(app)},
         {"ps", add_ps(app)},
+        {"stop", add_stop(app)},
+        {"show", add_show(app)},
         {"pull", hub},
         {"ls", hub},
         {"rm", hub},
         {"search", hub},
+        {"completion", add_completion(app)},
     };
     arrange_help(app);
     std::vector<std::string> args = normalize_args(argc, argv);  // reversed

@@ -13,6 +13,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev libfmt-dev libspdlog-dev libssl-dev libxxhash-dev
   python3-pytest python3-requests python3-wget python3-filelock
+  tmux zsh fish
 )
 missing=()
 for p in "${packages[@]}"; do

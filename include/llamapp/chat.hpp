@@ -5,6 +5,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "llamapp/context.hpp"
@@ -107,6 +108,15 @@ enum class TemplateRenderer {
     builtin,  // llama.cpp's built-in templates (llama-server's --no-jinja), chosen by name
               // ("llama3", "chatml", ...) or recognised from the source; no tools
 };
+
+// What a template's text offers, read from the text alone (for a model that is not loaded): tools
+// when it mentions them (a template that does renders them), thinking when it has a thinking
+// block or a switch for one.
+struct TemplateFeatures {
+    bool tools = false;
+    bool thinking = false;
+};
+TemplateFeatures template_features(std::string_view source);
 
 // A parsed chat template. Thread-safe after construction; cheap to copy.
 class ChatTemplate {

@@ -64,6 +64,9 @@ struct ModelInfo {
     bool is_hybrid = false;
     bool has_encoder = false;
     bool vocab_only = false;
+    std::string quantization;  // the file's type as llama.cpp names it ("Q4_K_M"), may be empty
+    bool embedder = false;     // <arch>.pooling_type says the model pools: it embeds, not generates
+    bool reranker = false;     // ... by rank: its pooling gives scores
     std::optional<std::string> chat_template;  // the model's default Jinja template
     // A reranker's prompt of a query and a document ({query} and {document} in it), from
     // tokenizer.chat_template.rerank.
@@ -71,6 +74,9 @@ struct ModelInfo {
     std::map<std::string, std::string> metadata;  // GGUF key/values (long arrays abbreviated)
     SpecialTokens special;
 };
+
+// A parameter count as model cards and Ollama write it: "7.6B", "494M", "260K".
+std::string parameter_count_text(std::uint64_t n_params);
 
 class Model {
   public:

@@ -242,6 +242,12 @@ Result<ChatTemplate> ChatTemplate::create(const Model& model, const std::string&
     return result;
 }
 
+TemplateFeatures template_features(std::string_view source) {
+    const auto has = [&](std::string_view word) { return source.find(word) != source.npos; };
+    return {.tools = has("tools"),
+            .thinking = has("<think>") || has("enable_thinking") || has("reasoning_content")};
+}
+
 const std::string& ChatTemplate::source() const {
     return state_->source;
 }

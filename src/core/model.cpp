@@ -1,7 +1,10 @@
 #include "llamapp/model.hpp"
 
+#include <fmt/core.h>
+
 #include <algorithm>
 #include <cmath>
+#include <utility>
 #include <vector>
 
 #include "core/gguf_probe.hpp"
@@ -117,11 +120,15 @@ ModelInfo introspect(const llama_model* model, const llama_vocab* vocab,
     info.path = path;
     info.file_size = summary.file_size;
     info.architecture = summary.architecture;
+    if (summary.file_type >= 0) info.quantization = detail::file_type_name(summary.file_type);
+    info.embedder = summary.pools;
+    info.reranker = summary.ranks;
     info.name = meta_string(model, "general.name");
     char desc[256];
     llama_model_desc(model, desc, sizeof desc);
     info.description = desc;
-    info.n_params = llama_model_n_params(model);
+    // A vocab-only load has no tensors to count; the file's header does.
+    info.n_params = vocab_only ? summary.n_params : llama_model_n_params(model);
     info.tensor_bytes = llama_model_size(model);
     info.n_ctx_train = llama_model_n_ctx_train(model);
     info.n_embd = llama_model_n_embd(model);
@@ -254,6 +261,18 @@ Result<Model> Model::load(const std::filesystem::path& path, const ModelOptions&
                     path.string());
     }
     return Model(std::move(state));
+}
+
+std::string parameter_count_text(std::uint64_t n_params) {
+    constexpr std::pair<double, const char*> units[] = {
+        {1e12, "T"}, {1e9, "B"}, {1e6, "M"}, {1e3, "K"}};
+    for (const auto& [unit, suffix] : units) {
+        if (static_cast<double>(n_params) < unit) continue;
+        const double v = static_cast<double>(n_params) / unit;
+        const int decimals = v >= 100 ? 0 : v >= 10 ? 1 : 2;
+        return fmt::format("{:.{}f}{}", v, decimals, suffix);
+    }
+    return std::to_string(n_params);
 }
 
 const ModelInfo& Model::info() const {

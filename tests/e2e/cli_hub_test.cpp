@@ -293,6 +293,11 @@ TEST_F(CliHub, ACachedModelRunsWhileTheHubIsDown) {
               std::string::npos)
         << run.out;
     EXPECT_NE(run.out.find("Once upon a time, there was"), std::string::npos) << run.out;
+    // show reads a cached model without asking the hub or a server.
+    auto shown =
+        llamapp("show test/stories:Q8_0 --port 1", true, "MODEL_ENDPOINT=http://127.0.0.1:1/");
+    EXPECT_EQ(shown.status, 0) << shown.out;
+    EXPECT_NE(shown.out.find("architecture        llama"), std::string::npos) << shown.out;
     auto absent =
         llamapp("run test/absent:Q8_0 'Once' -n 2", true, "MODEL_ENDPOINT=http://127.0.0.1:1/");
     EXPECT_NE(absent.status, 0);

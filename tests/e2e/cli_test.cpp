@@ -4,6 +4,8 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <filesystem>
+#include <fstream>
 #include <regex>
 #include <string>
 
@@ -27,6 +29,16 @@ CliRun run(const std::string& args, bool with_stderr = true) {
 // A function, not a constant: a missing fixture fails the tests that use it, not the binary.
 std::string stories() {
     return llamapp::test::shared_model("stories260K.gguf").string();
+}
+
+// The number in "[N prompt tokens, ..." of each reply's summary line, in order.
+std::vector<int> prompt_token_counts(const std::string& out) {
+    static const std::regex summary(R"(\[(\d+) prompt tokens,)");
+    std::vector<int> counts;
+    for (auto it = std::sregex_iterator(out.begin(), out.end(), summary);
+         it != std::sregex_iterator(); ++it)
+        counts.push_back(std::stoi((*it)[1]));
+    return counts;
 }
 
 }  // namespace
@@ -254,6 +266,129 @@ TEST(Cli, ChatWorksOnTheDemoModelAndOnAModelWithoutATemplate) {
     ASSERT_EQ(bare.status, 0) << bare.out;
     EXPECT_NE(bare.out.find("using ChatML"), std::string::npos) << bare.out;
     EXPECT_NE(bare.out.find("prompt tokens"), std::string::npos) << bare.out;
+}
+
+// On a model with a chat template `run` chats: a prompt gets one reply framed by the template,
+// piped input is the prompt, --raw continues the text instead, --json carries the answer, and
+// --reasoning off renders the template's closed thinking block.
+TEST(Cli, RunChatsOnAChatModelAndCompletesWithRaw) {
+    const std::string qwen = llamapp::test::generated_model("qwen3-tiny.gguf").string();
+    CliRun once = run("run " + qwen + " hi -n 4 --temp 0 < /dev/null");
+    ASSERT_EQ(once.status, 0) << once.out;
+    EXPECT_EQ(once.out.find("chat:"), std::string::npos) << once.out;  // no REPL after it
+    const std::vector<int> chat = prompt_token_counts(once.out);
+    ASSERT_EQ(chat.size(), 1u) << once.out;
+    CliRun piped = run("run " + qwen + " -n 4 --temp 0 < <(printf hi)");
+    EXPECT_EQ(prompt_token_counts(piped.out), chat) << piped.out;
+    CliRun raw = run("run --raw " + qwen + " hi -n 4 --temp 0");
+    ASSERT_EQ(raw.status, 0) << raw.out;
+    EXPECT_EQ(raw.out.rfind("hi", 0), 0u) << raw.out;  // the prompt, continued
+    ASSERT_EQ(prompt_token_counts(raw.out).size(), 1u) << raw.out;
+    EXPECT_LT(prompt_token_counts(raw.out)[0], chat[0]) << raw.out;
+
+    CliRun json = run("run " + qwen + " hi -n 4 --temp 0 --json", false);
+    ASSERT_EQ(json.status, 0) << json.out;
+    const auto reply = nlohmann::json::parse(json.out);
+    EXPECT_TRUE(reply["content"].is_string()) << reply;
+    EXPECT_EQ(reply["usage"]["prompt_tokens"], chat[0]) << reply;
+    CliRun off = run("run " + qwen + " hi -n 4 --temp 0 --json --reasoning off", false);
+    ASSERT_EQ(off.status, 0) << off.out;
+    EXPECT_GT(nlohmann::json::parse(off.out)["usage"]["prompt_tokens"].get<int>(), chat[0]);
+
+    for (const auto& [args, says] : std::vector<std::pair<std::string, std::string>>{
+             {"run " + qwen + " -n 4 < /dev/null", "no prompt: give one"},
+             {"run --raw --chat " + qwen + " -p hi", "--raw and --chat exclude each other"},
+             {"run --chat --json " + qwen + " -p hi < /dev/null", "--json prints one reply"},
+             {"run " + qwen + " hi --reasoning maybe", "--reasoning"}}) {
+        CliRun r = run(args);
+        EXPECT_NE(r.status, 0) << args;
+        EXPECT_NE(r.out.find(says), std::string::npos) << args << "\n" << r.out;
+    }
+}
+
+// The REPL's commands on piped input: /help lists them, /set changes sampling, an unknown
+// command is not sent to the model, /bye leaves before the lines after it, --chat -p sends the
+// prompt first. /save keeps the conversation and its KV (only what is saved: the chats
+// directory's KV tier takes no other entry), and /load continues it in another process with
+// that KV restored instead of recomputed.
+TEST(Cli, ReplCommandsAndASavedConversationContinuesInAnotherRun) {
+    llamapp::test::TempDir data;
+    const std::string qwen = llamapp::test::generated_model("qwen3-tiny.gguf").string();
+    const std::string chat = "XDG_DATA_HOME=" + data.path().string() + " " +
+                             llamapp::test::binary("llamapp").string() + " run --chat " + qwen +
+                             " -n 6 --temp 0 --system 'Be brief.' ";
+    CliRun first = llamapp::test::run_command(
+        "bash -c \"" + chat +
+        "-p hello < <(printf '/help\\n/set temperature 0\\n/nope\\nhow are you\\n/save "
+        "talk\\n/bye\\nnever sent\\n') 2>&1\"");
+    ASSERT_EQ(first.status, 0) << first.out;
+    EXPECT_NE(first.out.find("/save NAME, /load NAME"), std::string::npos) << first.out;
+    EXPECT_NE(first.out.find("Set 'temperature' to '0'."), std::string::npos) << first.out;
+    EXPECT_NE(first.out.find("unknown command '/nope'; /help lists them"), std::string::npos);
+    EXPECT_EQ(prompt_token_counts(first.out).size(), 2u) << first.out;  // hello, how are you
+    const std::regex saved(R"(Saved 'talk' \(5 messages, its KV of (\d+) tokens\))");
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(first.out, m, saved)) << first.out;
+    const int kv_tokens = std::stoi(m[1]);
+    const auto file = data.path() / "llamapp" / "chats" / "talk.json";
+    const auto saved_json = nlohmann::json::parse(std::ifstream(file));
+    ASSERT_EQ(saved_json["messages"].size(), 5u) << saved_json;
+    EXPECT_EQ(saved_json["messages"][0]["content"], "Be brief.");
+    EXPECT_EQ(saved_json["messages"][3]["content"], "how are you");
+    std::size_t entries = 0;
+    for ([[maybe_unused]] const auto& e :
+         std::filesystem::directory_iterator(data.path() / "llamapp" / "chats" / "kv"))
+        ++entries;
+    EXPECT_EQ(entries, 1u);
+
+    CliRun second = llamapp::test::run_command(
+        "bash -c \"" + chat + "< <(printf '/load nothing\\n/load talk\\nand now\\n') 2>&1\"");
+    ASSERT_EQ(second.status, 0) << second.out;
+    EXPECT_NE(second.out.find("no conversation is saved by that name"), std::string::npos)
+        << second.out;
+    EXPECT_NE(second.out.find("Loaded 'talk' (5 messages); its KV of " + std::to_string(kv_tokens) +
+                              " tokens restored"),
+              std::string::npos)
+        << second.out;
+    const std::regex reused(R"(\[(\d+) prompt tokens, (\d+) cached)");
+    ASSERT_TRUE(std::regex_search(second.out, m, reused)) << second.out;
+    EXPECT_GT(std::stoi(m[2]), kv_tokens / 2) << second.out;
+}
+
+// The completion scripts come from the command definitions: bash completes commands, options,
+// an option's choices, subcommands and files; fish's own completer reads its script; zsh loads
+// its script through its bash layer.
+TEST(Cli, ShellCompletionFollowsTheCommands) {
+    llamapp::test::TempDir dir;
+    std::ofstream(dir / "model.gguf") << "";
+    std::ofstream(dir / "complete.sh") << "source <(\"$LLAMAPP\" completion bash)\n"
+                                          "COMP_WORDS=(\"$@\"); COMP_CWORD=$(($# - 1)); _llamapp\n"
+                                          "printf '%s\\n' \"${COMPREPLY[@]}\"\n";
+    const std::string bin = llamapp::test::binary("llamapp").string();
+    const auto bash = [&](const std::string& words) {
+        return llamapp::test::run_command("cd " + dir.path().string() + " && LLAMAPP=" + bin +
+                                          " bash complete.sh " + words)
+            .out;
+    };
+    EXPECT_EQ(bash("llamapp ser"), "serve\n");
+    EXPECT_EQ(bash("llamapp serve --por"), "--port\n");
+    EXPECT_EQ(bash("llamapp run --reasoning o"), "on\noff\n");
+    EXPECT_EQ(bash("llamapp run -m mo"), "model.gguf\n");
+    EXPECT_EQ(bash("llamapp run --temp ''"), "\n");  // a number: nothing to offer
+    EXPECT_NE(bash("llamapp cache ''").find("prune\n"), std::string::npos);
+    EXPECT_NE(bash("llamapp show --").find("--template\n"), std::string::npos);
+
+    CliRun fish = llamapp::test::run_command(
+        "fish -c '" + bin + " completion fish | source; complete -C \"llamapp ser\"; " +
+        "complete -C \"llamapp run --reasoning \"'");
+    EXPECT_NE(fish.out.find("serve\t"), std::string::npos) << fish.out;
+    EXPECT_NE(fish.out.find("\nauto\t"), std::string::npos) << fish.out;
+    CliRun zsh = llamapp::test::run_command(
+        "zsh -c 'autoload -U compinit && compinit -u && source <(" + bin +
+        " completion zsh) && (( $+functions[_llamapp] )) && echo loaded'");
+    EXPECT_EQ(zsh.out, "loaded\n");
+    CliRun bad = run("completion tcsh");
+    EXPECT_EQ(bad.status, 2) << bad.out;
 }
 
 // A binary copied away from the build still finds the demo model the build wrote.

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <regex>
 
 #include "support/command.hpp"
 #include "support/http_helpers.hpp"
@@ -161,7 +162,9 @@ TEST(ServerModels, OperatorsLoadAndUnloadModelsAndFollowALoad) {
     EXPECT_NE(all.out.find("unloaded"), std::string::npos) << all.out;
     const CommandResult refused = run_command(ps + "-wrong 2>&1");
     EXPECT_EQ(refused.status, 1) << refused.out;
-    EXPECT_NE(refused.out.find("error: the server answered 401"), std::string::npos) << refused.out;
+    EXPECT_NE(refused.out.find("API key is required (Authorization: Bearer ...) [unauthorized]"),
+              std::string::npos)
+        << refused.out;
 
     auto load = c.Post("/models/load", json{{"model", "llama"}, {"stream", true}}.dump(),
                        "application/json");
@@ -184,6 +187,61 @@ TEST(ServerModels, OperatorsLoadAndUnloadModelsAndFollowALoad) {
     expect_error_shape(
         anonymous.Post("/models/unload", json{{"model", "llama"}}.dump(), "application/json"), 401,
         "the admin routes are behind the key");
+}
+
+// `llamapp stop` unloads a model of a running server, quietly as `ollama stop` does; `llamapp
+// show` describes a model read from its file, or asked of the server by its alias; each failure
+// is one typed line.
+TEST(ServerModels, StopUnloadsAndShowDescribesFromTheCommandLine) {
+    ServerProcess server({"-m", "tale=" + shared_model("stories260K.gguf").string(), "-m",
+                          "qwen=" + generated_model("qwen3-tiny.gguf").string(), "-c", "256", "-t",
+                          "2", "--api-key", "k"});
+    const std::string llamapp = binary("llamapp").string();
+    const std::string at = " --port " + std::to_string(server.port()) + " --api-key k 2>&1";
+    const CommandResult stopped = run_command(llamapp + " stop qwen" + at);
+    EXPECT_EQ(stopped.status, 0) << stopped.out;
+    EXPECT_EQ(stopped.out, "");
+    const CommandResult listed = run_command(llamapp + " ps --all" + at);
+    EXPECT_TRUE(std::regex_search(listed.out, std::regex("\\nqwen +unloaded"))) << listed.out;
+    for (const auto& [args, says] : std::vector<std::pair<std::string, std::string>>{
+             {"stop qwen" + at, "[busy]"},
+             {"stop none" + at, "[not_found]"},
+             {"stop tale --port " + std::to_string(server.port()) + " 2>&1", "[unauthorized]"},
+             {"show none" + at,
+              "'none' is no file nor a cached hub model, and the server answered"},
+             {"show none --port 1 2>&1", "and no server answered (127.0.0.1:1) [io_error]"},
+             {"show /dev/null 2>&1", "[invalid_model_file]"}}) {
+        const CommandResult r = run_command(llamapp + " " + args);
+        EXPECT_EQ(r.status, 1) << args << "\n" << r.out;
+        EXPECT_NE(r.out.find(says), std::string::npos) << args << "\n" << r.out;
+    }
+
+    // By the server's alias: what /api/show says, the template a loaded model renders included.
+    const CommandResult by_alias = run_command(llamapp + " show qwen" + at);
+    ASSERT_EQ(by_alias.status, 0) << by_alias.out;
+    for (const char* line :
+         {"architecture        qwen3", "context length", "completion", "tools", "thinking"})
+        EXPECT_NE(by_alias.out.find(line), std::string::npos) << line << "\n" << by_alias.out;
+    // By file, with no server: the same facts from the header.
+    const CommandResult by_file =
+        run_command(llamapp + " show --json " + generated_model("qwen3-tiny.gguf").string());
+    ASSERT_EQ(by_file.status, 0) << by_file.out;
+    const json file = json::parse(by_file.out);
+    EXPECT_EQ(file["architecture"], "qwen3");
+    EXPECT_GT(file["parameters"].get<std::uint64_t>(), 0u);
+    EXPECT_EQ(file["capabilities"], json({"completion", "tools", "thinking"}));
+    const CommandResult alias_json = run_command(llamapp + " show --json qwen" + at);
+    EXPECT_EQ(json::parse(alias_json.out), file);
+    const CommandResult tmpl = run_command(llamapp + " show --template qwen" + at);
+    EXPECT_NE(tmpl.out.find("<|im_start|>"), std::string::npos) << tmpl.out;
+    const CommandResult story =
+        run_command(llamapp + " show " + shared_model("stories260K.gguf").string() + " 2>&1");
+    EXPECT_TRUE(std::regex_search(story.out, std::regex("parameters +2[0-9.]+K"))) << story.out;
+    EXPECT_EQ(story.out.find("tools"), std::string::npos) << story.out;
+    const CommandResult ranker =
+        run_command(llamapp + " show " + generated_model("qwen3-rerank-tiny.gguf").string());
+    EXPECT_NE(ranker.out.find("    rerank\n"), std::string::npos) << ranker.out;
+    EXPECT_EQ(ranker.out.find("completion"), std::string::npos) << ranker.out;
 }
 
 TEST(ServerModels, AModelOverTheMemoryBudgetIsRefusedNamingTheBytes) {

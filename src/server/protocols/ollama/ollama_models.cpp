@@ -39,25 +39,12 @@ std::string digest(const ModelListing& m) {
     return sha256_hex(fmt::format("{}\n{}\n{}", m.path.string(), m.file_size, since));
 }
 
-// "7.6B", "494M", "260K", as Ollama writes parameter counts.
-std::string parameter_size(std::uint64_t n) {
-    constexpr std::pair<double, const char*> units[] = {
-        {1e12, "T"}, {1e9, "B"}, {1e6, "M"}, {1e3, "K"}};
-    for (const auto& [unit, suffix] : units) {
-        if (static_cast<double>(n) < unit) continue;
-        const double v = static_cast<double>(n) / unit;
-        const int decimals = v >= 100 ? 0 : v >= 10 ? 1 : 2;
-        return fmt::format("{:.{}f}{}", v, decimals, suffix);
-    }
-    return std::to_string(n);
-}
-
 json details_json(const ModelListing& m) {
     return {{"parent_model", ""},
             {"format", "gguf"},
             {"family", m.architecture},
             {"families", m.architecture.empty() ? json(nullptr) : json::array({m.architecture})},
-            {"parameter_size", parameter_size(m.n_params)},
+            {"parameter_size", parameter_count_text(m.n_params)},
             {"quantization_level", m.quantization}};
 }
 
@@ -110,17 +97,15 @@ json metadata_value(const GgufEntry& e) {
 }
 
 // What the model can do, as Ollama names it; tools and thinking are read from the template's
-// text (a template that mentions tools renders them), insert from fill-in-the-middle tokens
+// text, insert from fill-in-the-middle tokens
 // (a model not loaded: from the GGUF's FIM token keys, which not every GGUF has).
 json show_capabilities(const ModelListing& m, const std::string& tmpl, bool fim) {
     json out = json::array();
     if (m.capabilities.generate) out.push_back("completion");
     if (m.capabilities.embed) out.push_back("embedding");
-    if (m.capabilities.generate && tmpl.find("tools") != std::string::npos) out.push_back("tools");
-    if (m.capabilities.generate && (tmpl.find("<think>") != std::string::npos ||
-                                    tmpl.find("enable_thinking") != std::string::npos ||
-                                    tmpl.find("reasoning_content") != std::string::npos))
-        out.push_back("thinking");
+    const TemplateFeatures features = template_features(tmpl);
+    if (m.capabilities.generate && features.tools) out.push_back("tools");
+    if (m.capabilities.generate && features.thinking) out.push_back("thinking");
     if (fim && m.capabilities.generate) out.push_back("insert");
     return out;
 }
