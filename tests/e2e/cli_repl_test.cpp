@@ -8,7 +8,6 @@
 #include <atomic>
 #include <chrono>
 #include <fstream>
-#include <regex>
 #include <string>
 
 #include "support/command.hpp"
@@ -41,7 +40,12 @@ class Terminal {
         const std::string conf = (dir_ / "tmux.conf").string();
         std::ofstream(conf) << "set -g remain-on-exit on\nset -g history-limit 5000\n";
         tmux_ = "env -u TMUX tmux -S " + (dir_ / "socket").string() + " -f " + conf + " ";
-        run_command(tmux_ + "new-session -d -x 160 -y 50 " + quoted(command));
+        // The status goes to a file: tmux can mark a pane dead (its terminal closed) before it
+        // has reaped the process, and then never shows the status.
+        status_file_ = (dir_ / "status").string();
+        run_command(tmux_ + "new-session -d -x 160 -y 50 " +
+                    quoted(command + "; echo $? > " + status_file_ + ".part && mv " + status_file_ +
+                           ".part " + status_file_));
     }
     ~Terminal() { run_command(tmux_ + "kill-server 2>/dev/null"); }
 
@@ -58,22 +62,20 @@ class Terminal {
     }
     // The exit status once the command has ended; -1 if it does not within the timeout.
     int exit_status(std::chrono::milliseconds timeout = 60s) const {
-        const std::string ask = tmux_ + "display-message -p '#{pane_dead} #{pane_dead_status}'";
-        static const std::regex dead(R"(^1 (\d+))");
-        std::smatch m;
-        std::string state;
+        std::string status;
         const bool ended = llamapp::test::eventually(
             [&] {
-                state = run_command(ask).out;
-                return std::regex_search(state, m, dead);
+                std::ifstream file(status_file_);
+                return static_cast<bool>(file >> status);
             },
             timeout, 20ms);
-        return ended ? std::stoi(m[1]) : -1;
+        return ended ? std::stoi(status) : -1;
     }
 
   private:
     llamapp::test::TempDir dir_;
     std::string tmux_;
+    std::string status_file_;
 };
 
 std::string qwen() {
@@ -104,8 +106,7 @@ TEST(CliRepl, EditsRecallsInterruptsAndLeaves) {
     ASSERT_TRUE(t.shows(">>> hello", 2)) << t.screen();
     t.keys("Enter");
     ASSERT_TRUE(t.shows("prompt tokens", 2)) << t.screen();
-    EXPECT_TRUE(std::regex_search(t.screen(), std::regex(R"(\d+ cached \(same_slot)")))
-        << t.screen();
+    EXPECT_NE(t.screen().find(" cached (same_slot"), std::string::npos) << t.screen();
 
     t.keys("C-c");
     ASSERT_TRUE(t.shows("Use Ctrl-D or /bye to leave.")) << t.screen();
@@ -125,7 +126,8 @@ TEST(CliRepl, EditsRecallsInterruptsAndLeaves) {
         << t.screen();
     t.keys("C-c");
     ASSERT_TRUE(t.shows("cancelled]")) << t.screen();
-    ASSERT_TRUE(t.shows(">>> ", 5)) << t.screen();
+    // The prompt after the stopped reply: the seventh.
+    ASSERT_TRUE(t.shows(">>> ", 7)) << t.screen();
     t.type("/bye");
     t.keys("Enter");
     EXPECT_EQ(t.exit_status(), 0) << t.screen();
