@@ -31,11 +31,6 @@ std::vector<std::pair<std::string, std::size_t>> complete_command(std::string_vi
     return found;
 }
 
-bool ends_with(const std::string& text, std::string_view end) {
-    return text.size() >= end.size() &&
-           text.compare(text.size() - end.size(), end.size(), end) == 0;
-}
-
 }  // namespace
 
 InterruptScope::InterruptScope() {
@@ -98,7 +93,7 @@ MessageInput::Status MessageInput::read_line(std::string& line, InterruptScope& 
         }
         if (!more && part.empty() && line.empty()) return Status::end;  // Ctrl-D
     }
-    if (ends_with(line, "\n")) line.pop_back();
+    if (line.ends_with("\n")) line.pop_back();
     return Status::message;
 }
 
@@ -109,7 +104,7 @@ MessageInput::Status MessageInput::read(std::string& message, InterruptScope& in
     message.erase(0, 3);
     std::string line = message;
     message.clear();
-    for (bool first = true; !ends_with(line, R"(""")"); first = false) {
+    for (bool first = true; !line.ends_with(R"(""")"); first = false) {
         if (!first || !line.empty()) message += line + "\n";
         status = read_line(line, interrupts, true);
         if (status != Status::message) return status;

@@ -31,15 +31,10 @@ struct CommandSpec {
     std::vector<std::string> arguments;  // its subcommands and the choices of its positionals
 };
 
-bool ends_with(const std::string& text, std::string_view end) {
-    return text.size() >= end.size() &&
-           text.compare(text.size() - end.size(), end.size(), end) == 0;
-}
-
 bool names_a_file(const std::string& long_name) {
     return long_name == "model" || long_name == "file" || long_name == "cache-disk" ||
-           long_name == "models-preset" || ends_with(long_name, "-file") ||
-           ends_with(long_name, "-dir") || ends_with(long_name, "-path");
+           long_name == "models-preset" || long_name.ends_with("-file") ||
+           long_name.ends_with("-dir") || long_name.ends_with("-path");
 }
 
 // The values of a check such as CLI::IsMember, from the type name CLI11 shows

@@ -350,6 +350,15 @@ TEST(Cli, ReplCommandsAndASavedConversationContinuesInAnotherRun) {
                               " tokens restored"),
               std::string::npos)
         << second.out;
+    // """ opens and closes a message of several lines.
+    CliRun lines =
+        llamapp::test::run_command("bash -c \"" + chat +
+                                   "< <(printf '\\\"\\\"\\\"\\nline one\\ntwo\\\"\\\"\\\"\\n/save "
+                                   "lines\\n') 2>&1\"");
+    ASSERT_EQ(lines.status, 0) << lines.out;
+    const auto lines_json =
+        nlohmann::json::parse(std::ifstream(data.path() / "llamapp" / "chats" / "lines.json"));
+    EXPECT_EQ(lines_json["messages"][1]["content"], "line one\ntwo") << lines_json;
     const std::regex reused(R"(\[(\d+) prompt tokens, (\d+) cached)");
     ASSERT_TRUE(std::regex_search(second.out, m, reused)) << second.out;
     EXPECT_GT(std::stoi(m[2]), kv_tokens / 2) << second.out;
