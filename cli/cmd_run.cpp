@@ -263,15 +263,8 @@ Runner add_run(CLI::App& app) {
                   "model without a template, with ChatML");
     cmd->add_flag("--raw", flags->raw, "continue the prompt as text, without the chat template");
     cmd->add_option("--system", flags->system, "the chat's system message");
-    add_llama_option(*cmd, "--reasoning", flags->reasoning,
-                     "thinking in chat: on, off, or auto (the template's default) (-rea)")
-        ->transform(CLI::Transformer({{"true", "on"},
-                                      {"1", "on"},
-                                      {"enabled", "on"},
-                                      {"false", "off"},
-                                      {"0", "off"},
-                                      {"disabled", "off"}}))
-        ->check(CLI::IsMember({"on", "off", "auto"}))
+    add_reasoning_option(*cmd, flags->reasoning,
+                         "thinking in chat: on, off, or auto (the template's default) (-rea)")
         ->capture_default_str();
     cmd->add_flag("--hide-thinking", flags->hide_thinking,
                   "do not print a reply's thinking (never printed when stdout is not a terminal)");

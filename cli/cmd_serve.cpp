@@ -53,16 +53,9 @@ void add_model_flags(CLI::App& cmd, ServeFlags& flags) {
     add_llama_switch(cmd, "--jinja", flags.jinja,
                      "render chat templates with Jinja (default; --no-jinja: llama.cpp's "
                      "built-in templates, without tools)");
-    add_llama_option(cmd, "--reasoning", flags.reasoning,
-                     "thinking in chat: on, off, or auto (the template's default), as a request's "
-                     "chat_template_kwargs.enable_thinking sets it (-rea)")
-        ->transform(CLI::Transformer({{"true", "on"},
-                                      {"1", "on"},
-                                      {"enabled", "on"},
-                                      {"false", "off"},
-                                      {"0", "off"},
-                                      {"disabled", "off"}}))
-        ->check(CLI::IsMember({"on", "off", "auto"}));
+    add_reasoning_option(cmd, flags.reasoning,
+                         "thinking in chat: on, off, or auto (the template's default), as a "
+                         "request's chat_template_kwargs.enable_thinking sets it (-rea)");
     add_llama_option(cmd, "--reasoning-format", flags.reasoning_format,
                      "deepseek or auto: a reply's thinking goes to reasoning_content; none: it "
                      "stays in the content (deepseek-legacy, both at once, is not supported)")

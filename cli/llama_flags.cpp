@@ -123,6 +123,17 @@ CLI::Option* add_llama_switch(CLI::App& app, std::string_view flag, bool& value,
     return o;
 }
 
+CLI::Option* add_reasoning_option(CLI::App& app, std::string& value, std::string help) {
+    return add_llama_option(app, "--reasoning", value, std::move(help))
+        ->transform(CLI::Transformer({{"true", "on"},
+                                      {"1", "on"},
+                                      {"enabled", "on"},
+                                      {"false", "off"},
+                                      {"0", "off"},
+                                      {"disabled", "off"}}))
+        ->check(CLI::IsMember({"on", "off", "auto"}));
+}
+
 std::string normalize_flag(const std::string& arg) {
     if (arg.starts_with("--")) {
         const std::size_t eq = arg.find('=');

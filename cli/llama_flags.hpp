@@ -34,6 +34,9 @@ CLI::Option* add_llama_option(CLI::App& app, std::string_view flag, T& value, st
 // A switch with its negation (--jinja and --no-jinja).
 CLI::Option* add_llama_switch(CLI::App& app, std::string_view flag, bool& value, std::string help);
 
+// --reasoning (-rea): on, off or auto, with llama.cpp's other spellings of on and off.
+CLI::Option* add_reasoning_option(CLI::App& app, std::string& value, std::string help);
+
 // A llama.cpp spelling as the one CLI11 was given: -ngl becomes --gpu-layers, and '_' in a long
 // flag's name becomes '-', as llama.cpp reads them. Anything else is returned as it is.
 std::string normalize_flag(const std::string& arg);
