@@ -15,8 +15,6 @@ namespace detail {
 namespace {
 
 constexpr int max_waits = 2;
-// A connection that fails is tried again after 1 and 2 s: a mirror restarting, a proxy's hiccup.
-constexpr int connection_tries = 3;
 constexpr long max_wait_seconds = 10;
 
 std::string env(const char* name) {
@@ -93,8 +91,11 @@ Result<nlohmann::json> hub_get_json(const std::string& path, const std::string& 
     int waits = 0;
     for (int tries = 1;; ++tries) {
         auto res = client.Get(target, headers);
+        // A 429 with a short Retry-After is waited out below; a longer one is the caller's.
+        const int status = res ? res->status : 0;
+        const bool failed = !res || status >= 500 || status == 408;
+        if (failed && request_retry.again(tries, status, options)) continue;
         if (!res) {
-            if (tries < connection_tries && wait_for_retry(1L << (tries - 1), options)) continue;
             if (options.cancelled && options.cancelled())
                 return fail(ErrorCode::cancelled, "cancelled while waiting for the hub");
             return fail(ErrorCode::network_error,

@@ -32,6 +32,25 @@ std::string upper(std::string_view s);
 // Waits `seconds`, checking for cancellation every 100 ms; false when cancelled.
 bool wait_for_retry(long seconds, const HubOptions& options);
 
+// The one retry policy of every request to the hub: a connection error (status 0), a 5xx, a 408
+// or a 429 is tried again after 1, 2, 4 ... s, up to `tries` in all, unless cancelled meanwhile.
+struct HubRetry {
+    int tries;
+    static bool worth_retrying(int status) {
+        return status <= 0 || status >= 500 || status == 408 || status == 429;
+    }
+    // After failed try number `done` (from 1) that got `status`: waits, and whether to try again.
+    bool again(int done, int status, const HubOptions& options) const {
+        return done < tries && worth_retrying(status) && wait_for_retry(1L << (done - 1), options);
+    }
+};
+// A listing or a HEAD: a mirror restarting, a proxy's hiccup.
+inline constexpr HubRetry request_retry{3};
+// A file's transfer, each try resuming what arrived. llama.cpp's downloader retries a broken body
+// but not the HEAD request before it, so a server that closes the connection after a redirect
+// fails a file at once.
+inline constexpr HubRetry transfer_retry{4};
+
 // "Q4_K_M" from ".../Model-Q4_K_M.gguf" or "model.q8_0-00001-of-00003.gguf", else "".
 std::string quant_of(std::string_view path);
 

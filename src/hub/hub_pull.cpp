@@ -202,16 +202,6 @@ Error transfer_failure(const std::exception& e, const std::vector<hf_cache::hf_f
                  ref.to_string()};
 }
 
-// llama.cpp's downloader retries a broken body but not the HEAD request before it, so a server
-// that closes the connection after a redirect fails a file at once. The whole transfer is tried
-// again after 1, 2 and 4 s, each time resuming what arrived.
-constexpr int transfer_tries = 4;
-
-bool worth_retrying(const std::exception& e) {
-    const int status = failed_status(e.what());
-    return status <= 0 || status >= 500 || status == 408 || status == 429;
-}
-
 // The entries not in the cache yet, with llama.cpp's downloader, which reports progress per
 // file through our callback.
 Result<void> download_with_llama_cpp(const std::vector<hf_cache::hf_file>& entries,
@@ -235,8 +225,7 @@ Result<void> download_with_llama_cpp(const std::vector<hf_cache::hf_file>& entri
         } catch (const std::exception& e) {
             if (options.cancelled && options.cancelled())
                 return fail(ErrorCode::cancelled, "the pull was cancelled", ref.to_string());
-            if (tries == transfer_tries || !worth_retrying(e) ||
-                !detail::wait_for_retry(1L << (tries - 1), options))
+            if (!detail::transfer_retry.again(tries, failed_status(e.what()), options))
                 return std::unexpected(transfer_failure(e, entries, parts, ref, tries));
         }
     }

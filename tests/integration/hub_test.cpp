@@ -233,6 +233,21 @@ TEST_F(Hub, ARetryAfterIsWaitedOutAndAPersistentOneIsReported) {
     EXPECT_EQ(listing.error().context, "retry after 1 s");
 }
 
+// A hub that answers 5xx for a moment (a mirror restarting) is asked again after 1 and 2 s, as
+// a transfer is: one retry policy for every request; one that keeps failing is reported.
+TEST_F(Hub, AServerErrorIsTriedAgainAndAPersistentOneIsReported) {
+    hub.add("test/restarting", "r-Q8_0.gguf", "GGUF restarting bytes");
+    hub.fail_next = 2;
+    auto listing = llamapp::hub_list_files("test/restarting", options);
+    ASSERT_TRUE(listing) << listing.error().describe();
+    EXPECT_EQ(hub.fail_next, 0);
+    hub.fail_next = 3;
+    auto failed = llamapp::hub_list_files("test/restarting", options);
+    ASSERT_FALSE(failed);
+    EXPECT_EQ(failed.error().code, ErrorCode::network_error);
+    EXPECT_NE(failed.error().message.find("503"), std::string::npos) << failed.error().describe();
+}
+
 TEST_F(Hub, ATransferCutHalfWayResumesWhereItStopped) {
     std::string bytes(1 << 20, '\0');
     for (std::size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<char>(i * 7);

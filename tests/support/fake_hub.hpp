@@ -82,6 +82,7 @@ class FakeHub {
     // Knobs, set before the client runs.
     std::string required_token;         // non-empty: API calls without it get 401
     std::atomic<int> throttle_next{0};  // this many API calls get 429 first
+    std::atomic<int> fail_next{0};      // this many API calls get 503 first
     int retry_after_seconds = 1;
     std::string listed_commit = commit;      // what the refs say the main branch is
     std::atomic<int> cut_next_transfers{0};  // this many downloads stop half way
@@ -157,6 +158,11 @@ class FakeHub {
 
     bool admit(const httplib::Request& req, httplib::Response& res) {
         ++api_calls;
+        if (fail_next > 0) {
+            --fail_next;
+            res.status = 503;
+            return false;
+        }
         if (throttle_next > 0) {
             --throttle_next;
             res.status = 429;
