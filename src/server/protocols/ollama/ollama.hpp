@@ -16,10 +16,6 @@ namespace llamapp::detail {
 // A model's Ollama name: its id with ":latest" added when the id has no tag, "hf.co/" before a
 // hub model's. Every name listed resolves back to its model, and so do the id and aliases.
 std::string ollama_name(const ModelListing& m);
-// The manager's name for an Ollama name: as given when the manager knows it, else without
-// ":latest" and without an "hf.co/" or "huggingface.co/" prefix; unknown names come back as given
-// (the lookup that follows answers 404).
-std::string resolve_ollama_name(const ModelManager& models, const std::string& name);
 
 // The fields /api/chat and /api/generate share besides the generation itself.
 struct OllamaRequest {

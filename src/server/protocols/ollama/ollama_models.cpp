@@ -150,12 +150,6 @@ std::string ollama_name(const ModelListing& m) {
     return has_tag(name) ? name : name + ":latest";
 }
 
-std::string resolve_ollama_name(const ModelManager& models, const std::string& name) {
-    if (models.find(name)) return name;
-    std::string plain = without_ollama_parts(name);
-    return models.find(plain) ? plain : name;
-}
-
 void OllamaProtocol::tags(httplib::Response& res) const {
     json list = json::array();
     for (const ModelListing& m : state_.models.list()) {
@@ -324,8 +318,7 @@ void OllamaProtocol::copy(const httplib::Request& req, httplib::Response& res) {
     const std::string source = required_string(body, "source", "source");
     std::string destination = required_string(body, "destination", "destination");
     destination = without_ollama_parts(destination);
-    if (auto ok = state_.models.add_alias(resolve_ollama_name(state_.models, source), destination);
-        !ok) {
+    if (auto ok = state_.models.add_alias(source, destination); !ok) {
         const char* param = ok.error().code == ErrorCode::not_found ? "source" : "destination";
         throw HttpException{http_error(ok.error(), param)};
     }
