@@ -168,7 +168,9 @@ json OllamaProtocol::body_of(const httplib::Request& req) const {
     // An empty name would mean the default model to the manager; Ollama requires a name.
     if (asked.empty())
         throw HttpException{invalid("model", "'model' must name a model", "invalid_value")};
-    // The manager takes Ollama's spellings (hf.co/..., :latest) itself.
+    // Under "model" whichever spelling came; the manager takes Ollama's forms (hf.co/...,
+    // :latest) itself.
+    body["model"] = asked;
     body["name"] = asked;  // replies echo the name the client used
     return body;
 }
