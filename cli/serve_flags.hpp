@@ -58,7 +58,9 @@ struct ServeFlags {
     std::string keep_alive = "-1";
     std::string memory_budget;
     bool unload_idle = false;
-    bool embeddings = false;
+    // Embeddings from generative models: 0, on a context made at the first request; 1
+    // (--embeddings), made at load; -1 (--no-embeddings), refused.
+    int embeddings = 0;
 };
 
 // Registers the flags that shape one model (slots, queue, keep-alive, embeddings, template,

@@ -28,9 +28,11 @@ void add_model_flags(CLI::App& cmd, ServeFlags& flags) {
         ->capture_default_str();
     add_llama_option(cmd, "--sleep-idle-seconds", flags.sleep_idle_seconds,
                      "llama-server's name for --keep-alive in seconds");
-    add_llama_switch(cmd, "--embeddings", flags.embeddings,
-                     "serve /v1/embeddings with generative models too (embedding models always "
-                     "do); each model then holds an embedding context as well");
+    cmd.add_flag("--embedding{1},--embeddings{1},--no-embeddings{-1}", flags.embeddings,
+                 "a generative model computes embeddings too, on a context of its own made at "
+                 "the first request; --embeddings makes it at load, --no-embeddings refuses "
+                 "such requests (an embedding model always serves them)")
+        ->envname(llama_env("--embeddings"));
     add_llama_option(cmd, "--tags", flags.tags, "informational tags of the model, a comma list")
         ->delimiter(',');
     add_llama_option(cmd, "--pooling", flags.pooling,
@@ -144,7 +146,7 @@ Result<ModelSpec> model_defaults(const ServeFlags& flags) {
     s.defaults.template_variables = std::move(*variables);
     if (flags.n_predict == 0)
         return fail(ErrorCode::invalid_argument, "must be -1 or at least 1", "--n-predict");
-    if (flags.embeddings) s.embed = true;
+    if (flags.embeddings != 0) s.embed = flags.embeddings > 0;
     s.tags = flags.tags;
     if (!flags.pooling.empty()) {
         auto pooling = parse_pooling(flags.pooling);

@@ -29,7 +29,7 @@ std::string_view to_string(ModelStatus status);
 
 struct ModelCapabilities {
     bool generate = false;  // completions (and chat: a model without a template gets ChatML)
-    bool embed = false;     // has an Embedder
+    bool embed = false;     // computes embeddings (through the lease's embedder())
     bool rerank = false;    // a reranker: its Embedder gives relevance scores, not vectors
 };
 
@@ -66,8 +66,10 @@ struct ModelSpec {
     TemplateRenderer template_renderer = TemplateRenderer::jinja;
     RequestDefaults defaults;
     // What the GGUF says unless set: a model that pools (an embedding model) embeds and does
-    // not generate; any other generates, and embeds only when `embed` is set, since its
-    // embedding context needs compute buffers of its own (logits for a whole input).
+    // not generate; any other generates and embeds too. A generative model's embedding context
+    // (compute buffers for a whole input) is made at the first embedding request and counted
+    // in its footprint from then on; `embed` true makes it at load, false refuses embeddings
+    // (of a generative model: an embedding model always embeds).
     std::optional<bool> generate;
     std::optional<bool> embed;
     // Idle time before an unload; negative = never. Unset: the manager's.
@@ -148,7 +150,11 @@ class ModelLease {
     // The chat template, or null with the reason in chat_template_error().
     const ChatTemplate* chat_template() const;
     const std::string& chat_template_error() const;
-    Embedder& embedder() const;  // only when capabilities().embed
+    // The model's Embedder. A generative model's is made at the first call, once its embedding
+    // context fits the memory budget (idle models are unloaded for it when the manager may);
+    // calls meanwhile wait for that one. Errors: unsupported_operation (the model does not
+    // embed), insufficient_memory, those of estimate_footprint.
+    [[nodiscard]] Result<Embedder*> embedder() const;
 
   private:
     friend class ModelManager;

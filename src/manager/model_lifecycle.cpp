@@ -10,7 +10,6 @@
 #include "core/gguf_probe.hpp"
 #include "core/log_internal.hpp"
 #include "manager/manager_state.hpp"
-#include "manager/memory_budget.hpp"
 
 namespace llamapp::detail {
 
@@ -42,18 +41,23 @@ bool resident(ModelStatus s) {
     return s == ModelStatus::loading || s == ModelStatus::ready || s == ModelStatus::unloading;
 }
 
-// The engine's context and, for a model that embeds, the embedder's (whose weights are shared).
+// An embedding model's embedder, or a generative model's when its spec asks for it at load; any
+// other generative model that embeds makes it at the first request (embedder_of).
+bool embeds_from_load(const ModelEntry& e) {
+    return e.capabilities.embed && (!e.capabilities.generate || e.spec.embed.value_or(false));
+}
+
+// The engine's context and, for a model that embeds from its load, the embedder's (whose weights
+// are shared).
 Result<Footprint> estimate(const ModelEntry& e) {
     ContextOptions context = e.spec.engine.context;
     context.kv_unified = e.spec.engine.unified_kv;
     auto f = estimate_footprint(e.spec.path, e.spec.model, context);
     if (!f) return f;
-    if (!e.capabilities.embed) return f;
-    ContextOptions embed = embedder_options(n_ctx_seq(e.spec.engine), context).context;
-    embed.embeddings = true;
-    auto g = estimate_footprint(e.spec.path, e.spec.model, embed);
+    if (!embeds_from_load(e)) return f;
+    auto g = estimate_embedder(e.spec.path, e.spec.model,
+                               embedder_options(n_ctx_seq(e.spec.engine), context));
     if (!g) return std::unexpected(g.error());
-    for (auto& d : g->devices) d.weights = 0;
     *f += *g;
     return f;
 }
@@ -61,7 +65,7 @@ Result<Footprint> estimate(const ModelEntry& e) {
 }  // namespace
 
 void read_header(ModelEntry& e) {
-    ModelCapabilities c{true, false};  // a hub model not pulled yet: until its header says
+    ModelCapabilities c{true, true};  // a hub model not pulled yet: until its header says
     if (!e.spec.path.empty()) {
         if (auto header = probe_gguf(e.spec.path); header) {
             e.architecture = header->architecture;
@@ -69,7 +73,6 @@ void read_header(ModelEntry& e) {
             e.n_params = header->n_params;
             e.quantization = file_type_name(header->file_type);
             c.generate = !header->pools;
-            c.embed = header->pools;
             c.rerank = header->ranks;
         } else {
             e.status = ModelStatus::failed;
@@ -77,7 +80,7 @@ void read_header(ModelEntry& e) {
         }
     }
     if (e.spec.generate) c.generate = *e.spec.generate;
-    if (e.spec.embed) c.embed = *e.spec.embed;
+    if (e.spec.embed && c.generate) c.embed = *e.spec.embed;  // an embedding model always embeds
     e.capabilities = c;
 }
 
@@ -112,6 +115,12 @@ const ModelEntry* ManagerState::find_by_other_spelling(const std::string& name) 
     return found;
 }
 
+std::optional<Footprint> ManagerState::resident_footprint(const ModelEntry& e) const {
+    std::optional<Footprint> f = e.footprint;
+    if (f && e.embedder_footprint) *f += *e.embedder_footprint;
+    return f;
+}
+
 std::chrono::milliseconds ManagerState::keep_alive(const ModelEntry& e) const {
     if (e.keep_alive) return *e.keep_alive;
     if (e.spec.keep_alive) return *e.spec.keep_alive;
@@ -135,7 +144,7 @@ ModelListing ManagerState::listing(const ModelEntry& e) const {
     l.downloading = e.downloading;
     l.error = e.error;
     l.capabilities = e.capabilities;
-    l.footprint = e.footprint;
+    l.footprint = resident_footprint(e);
     l.active_requests = e.leases;
     l.keep_alive = keep_alive(e);
     l.slots = e.spec.engine.slots();
@@ -153,6 +162,16 @@ ModelListing ManagerState::listing(const ModelEntry& e) const {
                                l.keep_alive - idle);
     }
     return l;
+}
+
+std::vector<ResidentModel> ManagerState::resident_models(const ModelEntry* except) const {
+    std::vector<ResidentModel> out;
+    for (const auto& [id, e] : entries) {
+        if (e.get() == except || !resident(e->status) || !e->footprint) continue;
+        out.push_back({id, *resident_footprint(*e),
+                       e->status == ModelStatus::ready && e->leases == 0, e->last_used});
+    }
+    return out;
 }
 
 Result<void> ManagerState::start_load(std::unique_lock<std::mutex>& lock, ModelEntry& e) {
@@ -197,13 +216,7 @@ Result<std::vector<ModelEntry*>> ManagerState::admit(std::unique_lock<std::mutex
         }
         e.footprint = std::move(*f);
     }
-    std::vector<ResidentModel> others;
-    for (const auto& [id, other] : entries) {
-        if (other.get() == &e || !resident(other->status) || !other->footprint) continue;
-        others.push_back({id, *other->footprint,
-                          other->status == ModelStatus::ready && other->leases == 0,
-                          other->last_used});
-    }
+    const std::vector<ResidentModel> others = resident_models(&e);
     const RoomDecision room = make_room(
         {&budgets, &others, &*e.footprint, options.max_models, options.unload_idle_to_fit});
     if (!room.fits) {
@@ -311,7 +324,7 @@ Result<std::shared_ptr<LoadedModel>> ManagerState::build(ModelEntry& e) {
     };
     auto model = Model::load(e.spec.path, mo);
     if (!model) return std::unexpected(model.error());
-    auto loaded = std::make_shared<LoadedModel>(LoadedModel{e.spec.id, std::move(*model)});
+    auto loaded = std::make_shared<LoadedModel>(e.spec.id, std::move(*model));
     loaded->capabilities = e.capabilities;
     loaded->defaults = e.spec.defaults;
     if (loaded->capabilities.generate) {
@@ -335,7 +348,12 @@ Result<std::shared_ptr<LoadedModel>> ManagerState::build(ModelEntry& e) {
     }
     if (loaded->capabilities.embed) {
         const std::int64_t n = loaded->engine ? loaded->engine->n_ctx() : n_ctx_seq(e.spec.engine);
-        auto embedder = Embedder::create(loaded->model, embedder_options(n, e.spec.engine.context));
+        EmbedderOptions eo = embedder_options(n, e.spec.engine.context);
+        if (!embeds_from_load(e)) {
+            loaded->embedder_on_demand = std::move(eo);
+            return loaded;
+        }
+        auto embedder = Embedder::create(loaded->model, std::move(eo));
         if (!embedder) return std::unexpected(embedder.error());
         loaded->embedder.emplace(std::move(*embedder));
     }
@@ -382,6 +400,7 @@ void ManagerState::finish_unload(ModelEntry& e, std::chrono::milliseconds grace)
     std::lock_guard lock(mutex);
     e.status = ModelStatus::unloaded;
     e.progress = 0;
+    e.embedder_footprint.reset();
     resident_gauge->add(-1);
     log(LogLevel::info, "models: '{}' unloaded", e.spec.id);
     changed.notify_all();

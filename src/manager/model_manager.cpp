@@ -126,8 +126,8 @@ const ChatTemplate* ModelLease::chat_template() const {
 const std::string& ModelLease::chat_template_error() const {
     return loaded_->chat_template_error;
 }
-Embedder& ModelLease::embedder() const {
-    return *loaded_->embedder;
+Result<Embedder*> ModelLease::embedder() const {
+    return manager_->embedder_of(*loaded_);
 }
 
 // --- the manager ---
@@ -365,7 +365,7 @@ std::vector<ModelManager::DeviceBudget> ModelManager::budgets() const {
         for (const auto& [id, e] : state_->entries)
             if (e->footprint && e->status != ModelStatus::unloaded &&
                 e->status != ModelStatus::failed)
-                b.reserved += e->footprint->on(device);
+                b.reserved += state_->resident_footprint(*e)->on(device);
         out.push_back(std::move(b));
     }
     return out;

@@ -55,7 +55,7 @@ TEST(ServerModels, RequestsAreRoutedByModelAndADirectoryIsServedOnDemand) {
         if (m["id"] == "broken") {
             EXPECT_EQ(m["error"]["code"], "invalid_model_file");
         } else {
-            EXPECT_EQ(m["capabilities"], json({"completion", "chat"})) << m.dump();
+            EXPECT_EQ(m["capabilities"], json({"completion", "chat", "embedding"})) << m.dump();
         }
         if (m["status"] == "ready") {
             EXPECT_GT(m["meta"]["footprint_bytes"]["RAM"].get<double>(), 0) << m.dump();
@@ -83,9 +83,18 @@ TEST(ServerModels, RequestsAreRoutedByModelAndADirectoryIsServedOnDemand) {
                          "application/json");
     expect_error_shape(broken, 503, "a model that failed");
     EXPECT_EQ(json::parse(broken->body)["error"]["code"], "model_unavailable");
-    auto no_embed = c.Post("/v1/embeddings", json{{"model", "stories"}, {"input", "x"}}.dump(),
+    // A generative model embeds on a context made at its first embedding request, and its
+    // footprint counts that context from then on.
+    auto footprint = [&c](const std::string& id) {
+        return get_json(c, "/models/" + id)["meta"]["footprint_bytes"]["RAM"].get<double>();
+    };
+    const double before = footprint("stories");
+    auto embedded = c.Post("/v1/embeddings", json{{"model", "stories"}, {"input", "x"}}.dump(),
                            "application/json");
-    expect_error_shape(no_embed, 400, "embeddings without --embeddings");
+    ASSERT_TRUE(embedded);
+    ASSERT_EQ(embedded->status, 200) << embedded->body;
+    EXPECT_EQ(json::parse(embedded->body)["data"][0]["embedding"].size(), 64u);
+    EXPECT_GT(footprint("stories"), before);
 
     // A directory model loads on its first request, and the others keep serving meanwhile.
     auto lazy = c.Post("/v1/completions", completion("llama-tiny").dump(), "application/json");
@@ -102,6 +111,24 @@ TEST(ServerModels, RequestsAreRoutedByModelAndADirectoryIsServedOnDemand) {
     const json health = get_json(c, "/health/ready");
     EXPECT_EQ(health["status"], "ok");
     EXPECT_EQ(health["models"].size(), 4u);
+}
+
+// --no-embeddings: a generative model refuses embeddings, in each protocol's shape, and serves
+// everything else.
+TEST(ServerModels, NoEmbeddingsRefusesThemFromAGenerativeModelInEachProtocolsShape) {
+    ServerProcess server({"-m", shared_model("stories260K.gguf").string(), "-c", "256", "-t", "2",
+                          "--no-embeddings"});
+    auto c = server.client();
+    auto openai = c.Post("/v1/embeddings", json{{"input", "x"}}.dump(), "application/json");
+    expect_error_shape(openai, 400, "OpenAI's embeddings");
+    EXPECT_EQ(json::parse(openai->body)["error"]["code"], "model_not_capable");
+    const std::string said = json::parse(openai->body)["error"]["message"];
+    EXPECT_NE(said.find("--no-embeddings"), std::string::npos) << said;
+    const json ollama = post_json(c, "/api/embed", {{"model", "stories260K"}, {"input", "x"}}, 400);
+    EXPECT_NE(ollama.value("error", "").find("--no-embeddings"), std::string::npos) << ollama;
+    const json listed = get_json(c, "/v1/models")["data"][0];
+    EXPECT_EQ(listed["capabilities"], json({"completion", "chat"})) << listed;
+    EXPECT_EQ(post_json(c, "/v1/completions", completion("stories260K"))["model"], "stories260K");
 }
 
 // A server of one model answers whatever name an OpenAI or Anthropic client sends ("gpt-4",

@@ -28,7 +28,7 @@ class OllamaApi : public ::testing::Test {
         // A second model with fill-in-the-middle tokens, for suffix and capabilities.
         server_ = start_suite_server(
             {"-m", qwen, "-m", "coder=" + generated_model("coder-tiny.gguf").string(), "-c", "1024",
-             "-np", "2", "-t", "2", "--embeddings"},
+             "-np", "2", "-t", "2"},
             start_error_);
     }
     void SetUp() override { ASSERT_NE(server_, nullptr) << start_error_; }
@@ -296,6 +296,9 @@ TEST_F(OllamaApi, SuffixIsFillInTheMiddleWhereTheModelHasItsTokens) {
     const json qwen_caps = post("/api/show", {{"model", "qwen3-tiny"}})["capabilities"];
     EXPECT_EQ(std::find(qwen_caps.begin(), qwen_caps.end(), "insert"), qwen_caps.end());
     EXPECT_NE(std::find(qwen_caps.begin(), qwen_caps.end(), "tools"), qwen_caps.end());
+    // As Ollama lists them: embeddings are a capability of embedding models, though every
+    // model computes them.
+    EXPECT_EQ(std::find(qwen_caps.begin(), qwen_caps.end(), "embedding"), qwen_caps.end());
     EXPECT_EQ(coder["model_info"]["general.architecture"], coder["details"]["family"]);
 }
 

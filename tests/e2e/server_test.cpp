@@ -49,7 +49,7 @@ class Server : public ::testing::Test {
     static void SetUpTestSuite() {
         server_ = start_suite_server(
             {"-m", qwen, "-c", "2048", "-t", "2", "--parallel", "2", "--max-body-bytes", "65536",
-             "--max-prompt-tokens", "256", "--max-stop", "4", "--embeddings"},
+             "--max-prompt-tokens", "256", "--max-stop", "4"},
             start_error_);
     }
     void SetUp() override { ASSERT_NE(server_, nullptr) << start_error_; }

@@ -130,7 +130,7 @@ ComputedEmbeddings ServerState::compute_embeddings(const json& body, const Serve
     out.base64 = format.base64;
     for (const auto& tokens : inputs) out.prompt_tokens += static_cast<int>(tokens.size());
     // On the embedder's own thread; this one only waits.
-    auto vectors = m.lease.embedder().embed(std::move(inputs), {.normalize = normalization(body)});
+    auto vectors = m.embedder->embed(std::move(inputs), {.normalize = normalization(body)});
     if (!vectors) throw HttpException{http_error(vectors.error(), "input")};
     out.vectors = std::move(*vectors);
     for (std::vector<float>& v : out.vectors)

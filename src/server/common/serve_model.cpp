@@ -40,17 +40,26 @@ ServedModel ServerState::serve(const json& body, Need need, Naming naming,
         const char* what = need == Need::generate ? "generate text"
                            : need == Need::embed  ? "compute embeddings"
                                                   : "rank documents (it is not a reranker)";
-        throw HttpException{invalid("model",
-                                    fmt::format("the model '{}' does not {}", lease->id(), what),
-                                    "model_not_capable")};
+        // Only --no-embeddings keeps a generative model from embedding.
+        const char* why = need == Need::embed && can.generate ? ": the server refuses embeddings "
+                                                                "from generative models "
+                                                                "(--no-embeddings)"
+                                                              : "";
+        throw HttpException{
+            invalid("model", fmt::format("the model '{}' does not {}{}", lease->id(), what, why),
+                    "model_not_capable")};
     }
     ServedModel m{std::move(*lease)};
     m.limits.vocab_size = m.lease.model().tokenizer().vocab_size();
     m.limits.max_stop_strings = options.max_stop_strings;
     int n_ctx = 0;
     if (need == Need::generate) n_ctx = m.lease.engine().n_ctx();
-    if (need == Need::embed || need == Need::rerank)
-        n_ctx = static_cast<int>(m.lease.embedder().max_input_tokens());
+    if (need == Need::embed || need == Need::rerank) {
+        auto embedder = m.lease.embedder();  // a generative model's is made now, the first time
+        if (!embedder) throw HttpException{http_error(embedder.error(), "model")};
+        m.embedder = *embedder;
+        n_ctx = static_cast<int>(m.embedder->max_input_tokens());
+    }
     auto bounded = [n_ctx](int limit) { return limit > 0 ? std::min(limit, n_ctx) : n_ctx; };
     m.max_prompt_tokens = bounded(options.max_prompt_tokens);
     m.limits.max_tokens = bounded(options.max_tokens);

@@ -24,6 +24,7 @@ namespace llamapp::detail {
 // A request's model: the lease keeps it loaded until the reply is sent.
 struct ServedModel {
     ModelLease lease;
+    Embedder* embedder = nullptr;  // the lease's, for embedding and rerank requests
     RequestLimits limits;
     int max_prompt_tokens = 0;
 };

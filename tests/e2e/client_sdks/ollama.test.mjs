@@ -37,7 +37,7 @@ before(async () => {
                       "https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"])
     env[name] = undefined;
   // No --api-key: Ollama's API has no keys.
-  server = await startServer(["-c", "2048", "-t", "2", "--parallel", "2", "--embeddings"], env);
+  server = await startServer(["-c", "2048", "-t", "2", "--parallel", "2"], env);
   base = `http://127.0.0.1:${server.port}`;
   client = new Ollama({ host: base });
 });

@@ -9,7 +9,7 @@ let client;
 let modelId;
 
 before(async () => {
-  server = await startServer(["-c", "2048", "-t", "2", "--parallel", "2", "--api-key", "sdk-key", "--embeddings"]);
+  server = await startServer(["-c", "2048", "-t", "2", "--parallel", "2", "--api-key", "sdk-key"]);
   client = new OpenAI({ apiKey: "sdk-key", baseURL: `http://127.0.0.1:${server.port}/v1` });
 });
 

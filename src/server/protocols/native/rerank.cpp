@@ -77,7 +77,7 @@ void NativeProtocol::rerank(const httplib::Request& req, httplib::Response& res)
         inputs.push_back(std::move(*tokens));
     }
     // On the embedder's own thread; this one only waits. The first score is the relevance.
-    auto scores = m.lease.embedder().embed(std::move(inputs), {.normalize = Normalization::none});
+    auto scores = m.embedder->embed(std::move(inputs), {.normalize = Normalization::none});
     if (!scores) throw HttpException{http_error(scores.error(), "documents")};
     const char* score = r.tei ? "score" : "relevance_score";
     json results = json::array();

@@ -102,7 +102,8 @@ json metadata_value(const GgufEntry& e) {
 json show_capabilities(const ModelListing& m, const std::string& tmpl, bool fim) {
     json out = json::array();
     if (m.capabilities.generate) out.push_back("completion");
-    if (m.capabilities.embed) out.push_back("embedding");
+    // As Ollama lists them: a model made for embeddings (a generative one computes them too).
+    if (m.capabilities.embed && !m.capabilities.generate) out.push_back("embedding");
     const TemplateFeatures features = template_features(tmpl);
     if (m.capabilities.generate && features.tools) out.push_back("tools");
     if (m.capabilities.generate && features.thinking) out.push_back("thinking");
