@@ -16,6 +16,7 @@
 // the second finds the first one's files in the cache.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
@@ -43,6 +44,9 @@ struct HubOptions {
     std::function<void(const HubProgress&)> on_progress;
     // Polled between chunks; returning true stops the pull with ErrorCode::cancelled.
     std::function<bool()> cancelled;
+    // A download that receives nothing this long is broken off and tried again from where it
+    // stopped; after the last try the pull fails saying it stalled.
+    std::chrono::seconds stall_timeout{30};
 };
 
 // HF_TOKEN and HF_HUB_OFFLINE / LLAMA_OFFLINE, as the hub's own tools read them.

@@ -46,9 +46,8 @@ struct HubRetry {
 };
 // A listing or a HEAD: a mirror restarting, a proxy's hiccup.
 inline constexpr HubRetry request_retry{3};
-// A file's transfer, each try resuming what arrived. llama.cpp's downloader retries a broken body
-// but not the HEAD request before it, so a server that closes the connection after a redirect
-// fails a file at once.
+// A file's transfer, each try resuming what arrived: a broken or stalled connection, a peer that
+// closes after a redirect.
 inline constexpr HubRetry transfer_retry{4};
 
 // "Q4_K_M" from ".../Model-Q4_K_M.gguf" or "model.q8_0-00001-of-00003.gguf", else "".

@@ -1,7 +1,5 @@
-// Pulling from the hub into its cache, with llama.cpp's downloader (resume, retries, the cache
-// layout) and a digest check of our own before a file enters the cache; the cache's listing and
-// removal.
-#include <download.h>
+// Pulling from the hub into llama.cpp's cache layout (hub_transfer.cpp downloads) with a digest
+// check before a file enters the cache; the cache's listing and removal.
 #include <fcntl.h>
 #include <fmt/core.h>
 #include <hf-cache.h>
@@ -37,27 +35,6 @@ bool env_true(const char* name) {
     const std::string s(v);
     return s == "1" || s == "true" || s == "TRUE" || s == "yes" || s == "on" || s == "ON";
 }
-
-// llama.cpp's progress callback, reporting per file in our terms.
-class ProgressRelay final : public common_download_callback {
-  public:
-    ProgressRelay(const HubOptions& options, std::map<std::string, std::string> path_of_url)
-        : options_(options), path_of_url_(std::move(path_of_url)) {}
-    void on_start(const common_download_progress& p) override { report(p, false); }
-    void on_update(const common_download_progress& p) override { report(p, false); }
-    void on_done(const common_download_progress& p, bool) override { report(p, true); }
-    bool is_cancelled() const override { return options_.cancelled && options_.cancelled(); }
-
-  private:
-    void report(const common_download_progress& p, bool done) {
-        if (!options_.on_progress) return;
-        auto it = path_of_url_.find(p.url);
-        options_.on_progress(HubProgress{it == path_of_url_.end() ? p.url : it->second,
-                                         p.downloaded, p.total, p.cached, done});
-    }
-    const HubOptions& options_;
-    const std::map<std::string, std::string> path_of_url_;
-};
 
 // Fails closed: no digest, another size or other bytes delete the download. A file that cannot
 // be read (EIO) is kept: its bytes may be right, and the next pull checks them again.
@@ -141,94 +118,6 @@ Result<void> check_writable(const fs::path& dir) {
     if (!why) return {};
     return fail(ErrorCode::io_error, fmt::format("cannot write to the hub cache: {}", *why),
                 dir.string());
-}
-
-// Whether a transfer stopped at the disk rather than the network: a write to the partial file
-// fails too (no space, a file size limit). The byte written is taken back.
-std::optional<std::string> write_failure(const fs::path& partial) {
-    const int fd = ::open(partial.c_str(), O_WRONLY | O_CLOEXEC);
-    if (fd < 0) return std::nullopt;
-    const off_t size = ::lseek(fd, 0, SEEK_END);
-    const char byte = 0;
-    std::optional<std::string> why;
-    if (::write(fd, &byte, 1) != 1)
-        why = std::strerror(errno);
-    else if (::ftruncate(fd, size) != 0)
-        why = std::strerror(errno);
-    ::close(fd);
-    return why;
-}
-
-// The status llama.cpp's downloader names in its failure ("... failed with status code: 403"):
-// -1 when the connection broke, 0 when the message has none.
-int failed_status(const std::string& what) {
-    constexpr std::string_view marker = "status code: ";
-    const std::size_t at = what.rfind(marker);
-    if (at == std::string::npos) return 0;
-    return std::atoi(what.c_str() + at + marker.size());
-}
-
-bool something_arrived(const std::vector<hf_cache::hf_file>& entries) {
-    return std::any_of(entries.begin(), entries.end(), [](const hf_cache::hf_file& e) {
-        std::error_code ec;
-        return fs::file_size(detail::partial_download(e), ec) > 0 && !ec;
-    });
-}
-
-// A transfer that failed: the disk's reason when it is the disk, else the network's, and whether
-// a partial file is kept for the next pull to resume.
-Error transfer_failure(const std::exception& e, const std::vector<hf_cache::hf_file>& entries,
-                       const std::vector<HubFile>& parts, const HubRef& ref, int tries) {
-    const std::string kept =
-        something_arrived(entries) ? "; what arrived is kept for the next pull to resume" : "";
-    if (auto ok = check_space(bytes_to_transfer(entries, parts), hub_cache_dir()); !ok) {
-        Error full = ok.error();
-        full.message += kept;
-        return full;
-    }
-    for (const auto& entry : entries) {
-        const fs::path partial = detail::partial_download(entry);
-        if (auto why = write_failure(partial))
-            return Error{ErrorCode::io_error,
-                         fmt::format("cannot write the download: {}{}", *why, kept),
-                         partial.string()};
-    }
-    const int status = failed_status(e.what());
-    if (status >= 400 && status < 600)
-        return detail::hub_status_error(status, "the download was refused", ref.to_string(), 1);
-    const std::string why = status == -1 ? "the connection to the hub broke"
-                                         : fmt::format("the download failed ({})", e.what());
-    return Error{ErrorCode::network_error, fmt::format("{} ({} tries){}", why, tries, kept),
-                 ref.to_string()};
-}
-
-// The entries not in the cache yet, with llama.cpp's downloader, which reports progress per
-// file through our callback.
-Result<void> download_with_llama_cpp(const std::vector<hf_cache::hf_file>& entries,
-                                     const std::vector<HubFile>& parts, const HubOptions& options,
-                                     const HubRef& ref) {
-    common_download_opts dl;
-    dl.bearer_token = options.token;
-    std::map<std::string, std::string> path_of_url;
-    for (const auto& e : entries) path_of_url[e.url] = e.path;
-    ProgressRelay relay(options, path_of_url);
-    dl.callback = &relay;
-    for (int tries = 1;; ++tries) {
-        std::vector<common_download_task> tasks;
-        std::error_code ec;
-        for (const auto& e : entries)
-            if (e.local_path != e.final_path && !fs::exists(e.local_path, ec))
-                tasks.emplace_back(e, dl);
-        try {
-            common_download_run_tasks(tasks);
-            return {};
-        } catch (const std::exception& e) {
-            if (options.cancelled && options.cancelled())
-                return fail(ErrorCode::cancelled, "the pull was cancelled", ref.to_string());
-            if (!detail::transfer_retry.again(tries, failed_status(e.what()), options))
-                return std::unexpected(transfer_failure(e, entries, parts, ref, tries));
-        }
-    }
 }
 
 // What the cache holds per repository: its files as a listing, and where each one is.
@@ -347,8 +236,7 @@ Result<PulledModel> hub_pull(const HubRef& ref, const HubOptions& options) {
     if (!entries) return std::unexpected(entries.error());
     if (auto ok = check_space(bytes_to_transfer(*entries, *parts), hub_cache_dir()); !ok)
         return std::unexpected(ok.error());
-    auto sent = *proxy ? detail::transfer_through_proxy(*entries, *parts, options, **proxy)
-                       : download_with_llama_cpp(*entries, *parts, options, ref);
+    auto sent = detail::transfer_files(*entries, *parts, options, *proxy, ref.to_string());
     if (!sent) return std::unexpected(sent.error());
 
     PulledModel pulled{ref};

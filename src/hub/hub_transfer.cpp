@@ -1,13 +1,14 @@
-// Downloads through a proxy. llama.cpp's downloader opens its own connections with no proxy
-// setting, so behind a proxy this path stands in for it: the same cache layout and temporary
-// names (so either resumes the other's partial file), a Range resume, three attempts.
+// Downloads of a pull's files: each on a thread of its own, into llama.cpp's cache layout and
+// temporary names, each try resuming what arrived with a Range request. Ours rather than
+// llama.cpp's downloader, which takes no proxy and waits 300 s on a connection that went quiet.
 #include <fmt/core.h>
 #include <httplib.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <fstream>
-#include <thread>
+#include <future>
 
 #include "hub/hub_http.hpp"
 #include "hub/hub_transfer.hpp"
@@ -17,17 +18,22 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr int attempts = 3;
-
 bool cancelled(const HubOptions& options) {
     return options.cancelled && options.cancelled();
 }
 
-// One attempt: appends to the partial file from where it ends. `error` is set when retrying
+// How one try of a file ended.
+struct Attempt {
+    bool complete = false;
+    int status = 0;        // the hub's answer; 0 when the connection failed or went quiet
+    bool stalled = false;  // it failed after nothing arrived for the stall timeout
+};
+
+// One try: appends to the partial file from where it ends. `error` is set when trying again
 // cannot help (a 4xx refusal, the disk, a cancel).
-bool attempt_fetch(httplib::Client& client, const std::string& target,
-                   const httplib::Headers& headers, const fs::path& partial, const HubFile& part,
-                   const HubOptions& options, std::optional<Error>& error) {
+Attempt attempt_fetch(httplib::Client& client, const std::string& target,
+                      const httplib::Headers& headers, const fs::path& partial, const HubFile& part,
+                      const HubOptions& options, std::optional<Error>& error) {
     std::error_code ec;
     std::uint64_t have = fs::exists(partial, ec) ? fs::file_size(partial, ec) : 0;
     if (ec || have > part.size) have = 0;
@@ -36,17 +42,18 @@ bool attempt_fetch(httplib::Client& client, const std::string& target,
         error = Error{ErrorCode::io_error,
                       fmt::format("cannot write the download: {}", std::strerror(errno)),
                       partial.string()};
-        return false;
+        return {};
     }
     httplib::Headers h = headers;
     if (have) h.emplace("Range", fmt::format("bytes={}-", have));
     HubProgress p{part.path, have, part.size};
     std::uint64_t reported = have;
-    int status = 0;
+    Attempt a;
+    auto last_heard = std::chrono::steady_clock::now();
     auto res = client.Get(
         target, h,
         [&](const httplib::Response& r) {
-            status = r.status;
+            a.status = r.status;
             if (r.status == 200 && have) {  // the range was not honoured: start over
                 out.close();
                 out.open(partial, std::ios::binary | std::ios::trunc);
@@ -55,6 +62,7 @@ bool attempt_fetch(httplib::Client& client, const std::string& target,
             return r.status == 200 || r.status == 206;
         },
         [&](const char* data, std::size_t n) {
+            last_heard = std::chrono::steady_clock::now();
             out.write(data, static_cast<std::streamsize>(n));
             if (!out) {
                 error = Error{ErrorCode::io_error,
@@ -71,12 +79,63 @@ bool attempt_fetch(httplib::Client& client, const std::string& target,
         });
     out.close();
     if (cancelled(options)) error = Error{ErrorCode::cancelled, "the pull was cancelled"};
-    if (error) return false;
-    if (status >= 400 && status < 500) {  // a refusal; a server's 5xx may pass on a retry
-        error = hub_status_error(status, "", part.path, 1);
-        return false;
+    if (error) return a;
+    if (a.status >= 400 && a.status < 500) {  // a refusal; a server's 5xx may pass on a retry
+        error = hub_status_error(a.status, "the download was refused", part.path, 1);
+        return a;
     }
-    return res && (part.size == 0 || fs::file_size(partial, ec) == part.size);
+    if (!res) {
+        a.status = 0;
+        // httplib reports a read that timed out as any failed read: the clock tells them apart.
+        a.stalled = std::chrono::steady_clock::now() - last_heard >= options.stall_timeout * 9 / 10;
+    }
+    a.complete =
+        res && a.status / 100 == 2 && (part.size == 0 || fs::file_size(partial, ec) == part.size);
+    return a;
+}
+
+// Why a file did not arrive after `tries` tries, the last of which ended as `last`.
+Error transfer_error(const Attempt& last, int tries, const HubOptions& options,
+                     const fs::path& partial, const std::string& what) {
+    if (last.status >= 500) return hub_status_error(last.status, "the download failed", what, 1);
+    std::error_code ec;
+    const std::string kept = fs::file_size(partial, ec) > 0 && !ec
+                                 ? "; what arrived is kept for the next pull to resume"
+                                 : "";
+    const std::string why = last.stalled
+                                ? fmt::format("the download stalled: nothing arrived for {} s",
+                                              options.stall_timeout.count())
+                                : "the connection to the hub broke";
+    return Error{ErrorCode::network_error, fmt::format("{} ({} tries){}", why, tries, kept), what};
+}
+
+// One file into its blob path, each try resuming what arrived.
+Result<void> transfer_file(const hf_cache::hf_file& e, const HubFile& part,
+                           const HubOptions& options, const std::optional<HubProxy>& proxy,
+                           const std::string& what) {
+    const auto [origin, target] = split_url(e.url);
+    httplib::Client client(origin);
+    configure_hub_client(client, proxy, options.stall_timeout);
+    const httplib::Headers headers = hub_headers(options);
+    const fs::path partial = partial_download(e);
+    std::error_code ec;
+    fs::create_directories(partial.parent_path(), ec);
+    for (int tries = 1;; ++tries) {
+        std::optional<Error> error;
+        const Attempt a = attempt_fetch(client, target, headers, partial, part, options, error);
+        if (error) return std::unexpected(*error);
+        if (a.complete) break;
+        if (!transfer_retry.again(tries, a.status, options)) {
+            if (cancelled(options))
+                return fail(ErrorCode::cancelled, "the pull was cancelled", what);
+            return std::unexpected(transfer_error(a, tries, options, partial, what));
+        }
+    }
+    fs::rename(partial, e.local_path, ec);
+    if (ec) return fail(ErrorCode::io_error, ec.message(), e.local_path);
+    if (options.on_progress)
+        options.on_progress(HubProgress{part.path, part.size, part.size, false, true});
+    return {};
 }
 
 }  // namespace
@@ -112,38 +171,20 @@ Result<std::vector<hf_cache::hf_file>> cache_entries_of(const HubRepoFiles& list
     return out;
 }
 
-Result<void> transfer_through_proxy(const std::vector<hf_cache::hf_file>& entries,
-                                    const std::vector<HubFile>& parts, const HubOptions& options,
-                                    const HubProxy& proxy) {
+Result<void> transfer_files(const std::vector<hf_cache::hf_file>& entries,
+                            const std::vector<HubFile>& parts, const HubOptions& options,
+                            const std::optional<HubProxy>& proxy, const std::string& what) {
+    std::vector<std::future<Result<void>>> running;
     for (std::size_t i = 0; i < entries.size(); ++i) {
-        const hf_cache::hf_file& e = entries[i];
-        if (e.local_path == e.final_path) continue;  // in the cache already
-        const auto [origin, target] = split_url(e.url);
-        httplib::Client client(origin);
-        configure_hub_client(client, proxy, std::chrono::seconds(60));
-        const httplib::Headers headers = hub_headers(options);
-        const fs::path partial = partial_download(e);
-        std::error_code ec;
-        fs::create_directories(partial.parent_path(), ec);
-        bool done = false;
-        for (int a = 0; a < attempts && !done; ++a) {
-            if (a) std::this_thread::sleep_for(std::chrono::seconds(1));
-            std::optional<Error> error;
-            done = attempt_fetch(client, target, headers, partial, parts[i], options, error);
-            if (error) return std::unexpected(*error);
-        }
-        if (!done)
-            return fail(ErrorCode::network_error,
-                        fmt::format("the download broke off {} times through the proxy {}:{}",
-                                    attempts, proxy.host, proxy.port),
-                        parts[i].path);
-        fs::rename(partial, e.local_path, ec);
-        if (ec) return fail(ErrorCode::io_error, ec.message(), e.local_path);
-        if (options.on_progress)
-            options.on_progress(
-                HubProgress{parts[i].path, parts[i].size, parts[i].size, false, true});
+        if (entries[i].local_path == entries[i].final_path) continue;  // in the cache already
+        running.push_back(std::async(std::launch::async, [&, i] {
+            return transfer_file(entries[i], parts[i], options, proxy, what);
+        }));
     }
-    return {};
+    Result<void> outcome;
+    for (auto& r : running)
+        if (auto ok = r.get(); !ok && outcome) outcome = std::move(ok);
+    return outcome;
 }
 
 }  // namespace llamapp::detail

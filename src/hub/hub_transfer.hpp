@@ -1,6 +1,5 @@
-// Internal: llama.cpp's cache entries computed from our listing, and downloads through a proxy
-// beside llama.cpp's downloader (which has no proxy setting). Uses llama.cpp's cache types, so
-// only the hub's own sources include it.
+// Internal: llama.cpp's cache entries computed from our listing, and the downloads into them.
+// Uses llama.cpp's cache types, so only the hub's own sources include it.
 #pragma once
 
 #include <hf-cache.h>
@@ -21,9 +20,13 @@ std::filesystem::path partial_download(const hf_cache::hf_file& entry);
 [[nodiscard]] Result<std::vector<hf_cache::hf_file>> cache_entries_of(
     const HubRepoFiles& listing, const std::vector<HubFile>& parts);
 // Downloads the entries not in the cache yet into their blob paths (not verified, not
-// finalized), resuming partial files.
-[[nodiscard]] Result<void> transfer_through_proxy(const std::vector<hf_cache::hf_file>& entries,
-                                                  const std::vector<HubFile>& parts,
-                                                  const HubOptions& options, const HubProxy& proxy);
+// finalized), in parallel, resuming partial files; through `proxy` when there is one. A try
+// that receives nothing for options.stall_timeout is broken off and tried again (transfer_retry).
+// `what` names the pull in errors.
+[[nodiscard]] Result<void> transfer_files(const std::vector<hf_cache::hf_file>& entries,
+                                          const std::vector<HubFile>& parts,
+                                          const HubOptions& options,
+                                          const std::optional<HubProxy>& proxy,
+                                          const std::string& what);
 
 }  // namespace llamapp::detail

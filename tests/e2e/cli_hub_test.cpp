@@ -305,9 +305,9 @@ TEST_F(CliHub, ACachedModelRunsWhileTheHubIsDown) {
     EXPECT_NE(absent.out.find("[network_error]"), std::string::npos) << absent.out;
 }
 
-// A peer that closes the connection after the hub's redirect (llama.cpp's downloader does not
-// retry the request that follows it): the pull tries again and succeeds; when the peer never
-// answers it fails as one line that says so and keeps nothing that did not arrive.
+// A peer that closes the connection after the hub's redirect: the pull tries again and succeeds;
+// when the peer never answers it fails as one line that says so and keeps nothing that did not
+// arrive.
 TEST_F(CliHub, APullSurvivesConnectionsClosedAfterTheRedirect) {
     hub.drop_after_redirect = 2;
     auto pull = llamapp("pull test/stories:Q8_0");

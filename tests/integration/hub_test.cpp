@@ -190,6 +190,47 @@ TEST_F(Hub, BehindAProxyEveryRequestGoesThroughItAndAPartialFileResumes) {
     EXPECT_EQ(cached->path, pulled->path);
 }
 
+// A download that goes quiet is broken off after the stall timeout and resumed from where it
+// stopped; one that stays quiet fails saying so, and what arrived serves the next pull.
+TEST_F(Hub, AStalledDownloadIsResumedAndOneThatStaysStalledFailsSayingSo) {
+    std::string bytes(256 << 10, '\0');
+    for (std::size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<char>(i * 7 % 251);
+    hub.add("test/quiet", "q-Q8_0.gguf", bytes);
+    options.stall_timeout = std::chrono::seconds(1);
+    hub.stall_next_transfers = 1;
+    auto resumed = llamapp::hub_pull(HubRef{"test/quiet"}, options);
+    ASSERT_TRUE(resumed) << resumed.error().describe();
+    EXPECT_EQ(bytes_of(resumed->path), bytes);
+    EXPECT_EQ(hub.file_requests, 2);
+    EXPECT_EQ(hub.range_requests, 1);
+    ASSERT_TRUE(llamapp::hub_remove(HubRef{"test/quiet"}));
+
+    hub.stall_next_transfers = 100;
+    auto stalled = llamapp::hub_pull(HubRef{"test/quiet"}, options);
+    ASSERT_FALSE(stalled);
+    EXPECT_EQ(stalled.error().code, ErrorCode::network_error);
+    EXPECT_EQ(stalled.error().message,
+              "the download stalled: nothing arrived for 1 s (4 tries); what arrived is kept for "
+              "the next pull to resume");
+    EXPECT_EQ(hub.file_requests, 6);
+    hub.stall_next_transfers = 0;
+    auto finished = llamapp::hub_pull(HubRef{"test/quiet"}, options);
+    ASSERT_TRUE(finished) << finished.error().describe();
+    EXPECT_EQ(bytes_of(finished->path), bytes);
+    EXPECT_EQ(hub.range_requests, 5);  // the three stalled retries, then the one that finished
+}
+
+// A token is sent as given with every request, whatever its form: llama.cpp's own listing drops
+// one that does not look like a hub token, which a mirror's tokens need not.
+TEST_F(Hub, ATokenOfAnyFormIsSent) {
+    hub.add("test/mirror", "m-Q4_K_M.gguf", "GGUF mirror bytes");
+    hub.required_token = "mirror-token";
+    options.token = hub.required_token;
+    auto pulled = llamapp::hub_pull(HubRef{"test/mirror"}, options);
+    ASSERT_TRUE(pulled) << pulled.error().describe();
+    EXPECT_EQ(bytes_of(pulled->path), "GGUF mirror bytes");
+}
+
 TEST_F(Hub, RefusalsAreTypedAndATokenIsSent) {
     hub.add("test/gated", "g-Q4_K_M.gguf", "GGUF gated bytes");
     hub.required_token = "hf_" + std::string(34, 'x');

@@ -56,6 +56,11 @@ class FakeHub {
         cdn_.wait_until_ready();
     }
     ~FakeHub() {
+        {
+            std::lock_guard lock(hold_mutex_);
+            stopping_ = true;  // stalled downloads give up, so that the servers can stop
+        }
+        hold_changed_.notify_all();
         api_.stop();
         cdn_.stop();
         api_thread_.join();
@@ -80,7 +85,7 @@ class FakeHub {
     }
 
     // Knobs, set before the client runs.
-    std::string required_token;         // non-empty: API calls without it get 401
+    std::string required_token;         // non-empty: API calls and downloads without it get 401
     std::atomic<int> throttle_next{0};  // this many API calls get 429 first
     std::atomic<int> fail_next{0};      // this many API calls get 503 first
     int retry_after_seconds = 1;
@@ -89,6 +94,9 @@ class FakeHub {
     // This many redirects lead to a host that closes every connection before answering.
     std::atomic<int> drop_after_redirect{0};
     bool redirect_to_self = false;  // downloads redirect to the API host, not to the "CDN"
+    // This many downloads send the first half of the file (nothing, when asked for a range from
+    // there), then go quiet with the connection open until the hub is destroyed.
+    std::atomic<int> stall_next_transfers{0};
 
     // The next download sends half its bytes, then waits for release_transfer() (60 s at most).
     void hold_next_transfer() {
@@ -146,6 +154,7 @@ class FakeHub {
         });
         // Downloads redirect to another host, as the hub's resolve URLs redirect to its CDN.
         api_.Get(R"(/([^/]+/[^/]+)/resolve/([0-9a-f]+)/(.+))", [this](const auto& req, auto& res) {
+            if (!authorized(req, res)) return;
             int port = redirect_to_self ? port_ : cdn_port_;
             if (drop_after_redirect > 0) {
                 --drop_after_redirect;
@@ -169,14 +178,17 @@ class FakeHub {
             res.set_header("Retry-After", std::to_string(retry_after_seconds));
             return false;
         }
-        if (!required_token.empty() &&
-            req.get_header_value("Authorization") != "Bearer " + required_token) {
-            res.status = 401;
-            res.set_content(R"({"error":"Invalid credentials in Authorization header"})",
-                            "application/json");
-            return false;
-        }
-        return true;
+        return authorized(req, res);
+    }
+
+    bool authorized(const httplib::Request& req, httplib::Response& res) {
+        if (required_token.empty() ||
+            req.get_header_value("Authorization") == "Bearer " + required_token)
+            return true;
+        res.status = 401;
+        res.set_content(R"({"error":"Invalid credentials in Authorization header"})",
+                        "application/json");
+        return false;
     }
 
     static void not_found(httplib::Response& res) {
@@ -235,6 +247,10 @@ class FakeHub {
             return;
         }
         if (req.method == "GET" && take_hold()) return serve_held(bytes, res);
+        if (req.method == "GET" && stall_next_transfers > 0) {
+            --stall_next_transfers;
+            return serve_stalled(bytes, res);
+        }
         res.set_header("Accept-Ranges", "bytes");
         res.set_content(bytes, "application/octet-stream");
     }
@@ -258,6 +274,19 @@ class FakeHub {
                                        [this] { return hold_ == Hold::released; });
                 lock.unlock();
                 return sink.write(bytes.data() + offset, bytes.size() - offset);
+            });
+    }
+
+    void serve_stalled(const std::string& bytes, httplib::Response& res) {
+        const std::size_t half = bytes.size() / 2;
+        res.set_content_provider(
+            bytes.size(), "application/octet-stream",
+            [this, bytes, half](std::size_t offset, std::size_t, httplib::DataSink& sink) {
+                if (offset < half) return sink.write(bytes.data() + offset, half - offset);
+                std::unique_lock lock(hold_mutex_);
+                hold_changed_.wait_for(lock, std::chrono::seconds(60),
+                                       [this] { return stopping_; });
+                return false;
             });
     }
 
@@ -306,6 +335,7 @@ class FakeHub {
     std::mutex hold_mutex_;
     std::condition_variable hold_changed_;
     Hold hold_ = Hold::none;
+    bool stopping_ = false;  // guarded by hold_mutex_
 };
 
 }  // namespace llamapp::test
