@@ -134,6 +134,14 @@ class GroupedHelp final : public CLI::Formatter {
         return out + subcommands + (subcommands.empty() ? "" : "\n") + make_footer(app);
     }
 
+    std::string make_option_name(const CLI::Option* o, bool positional) const override {
+        std::string name = CLI::Formatter::make_option_name(o, positional);
+        // "--no-embeddings{-1}": the value a flag sets is the parser's, not the reader's.
+        for (std::size_t at = name.find('{'); at != std::string::npos; at = name.find('{'))
+            name.erase(at, name.find('}', at) - at + 1);
+        return name;
+    }
+
   private:
     static const Group* find_group(const std::string& name) {
         for (const Group& g : groups())

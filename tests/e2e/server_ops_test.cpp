@@ -394,8 +394,12 @@ TEST(ServerOps, HelpShowsTheCommonFlagsAndHelpAllEveryFlag) {
                              "--timeout",
                              "--drain-grace",
                              "--cors-origin",
-                             "--draft-tokens"})
+                             "--draft-tokens",
+                             "--embeddings,--no-embeddings"})
         EXPECT_NE(help.find(flag), std::string::npos) << flag << " missing from:\n" << help;
+    // A flag's names without the values CLI11 is told they set ("--no-embeddings{-1}").
+    for (const char* value : {"{-1}", "{true}", "{false}"})
+        EXPECT_EQ(help.find(value), std::string::npos) << value << " in:\n" << help;
 }
 
 }  // namespace
