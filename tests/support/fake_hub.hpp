@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <sstream>
@@ -262,32 +263,36 @@ class FakeHub {
         return true;
     }
 
-    void serve_held(const std::string& bytes, httplib::Response& res) {
+    // Sends the first half of `bytes` (from a range's start, when that is past it), then what
+    // `rest` returns for the offset it stopped at: whether the transfer goes on.
+    void serve_half_then(const std::string& bytes, httplib::Response& res,
+                         std::function<bool(std::size_t, httplib::DataSink&)> rest) {
         const std::size_t half = bytes.size() / 2;
         res.set_content_provider(
             bytes.size(), "application/octet-stream",
-            [this, bytes, half](std::size_t offset, std::size_t, httplib::DataSink& sink) {
+            [bytes, half, rest](std::size_t offset, std::size_t, httplib::DataSink& sink) {
                 if (offset < half) return sink.write(bytes.data() + offset, half - offset);
-                std::unique_lock lock(hold_mutex_);
-                hold_ = Hold::waiting;
-                hold_changed_.wait_for(lock, std::chrono::seconds(60),
-                                       [this] { return hold_ == Hold::released; });
-                lock.unlock();
-                return sink.write(bytes.data() + offset, bytes.size() - offset);
+                return rest(offset, sink);
             });
     }
 
+    void serve_held(const std::string& bytes, httplib::Response& res) {
+        serve_half_then(bytes, res, [this, bytes](std::size_t offset, httplib::DataSink& sink) {
+            std::unique_lock lock(hold_mutex_);
+            hold_ = Hold::waiting;
+            hold_changed_.wait_for(lock, std::chrono::seconds(60),
+                                   [this] { return hold_ == Hold::released; });
+            lock.unlock();
+            return sink.write(bytes.data() + offset, bytes.size() - offset);
+        });
+    }
+
     void serve_stalled(const std::string& bytes, httplib::Response& res) {
-        const std::size_t half = bytes.size() / 2;
-        res.set_content_provider(
-            bytes.size(), "application/octet-stream",
-            [this, bytes, half](std::size_t offset, std::size_t, httplib::DataSink& sink) {
-                if (offset < half) return sink.write(bytes.data() + offset, half - offset);
-                std::unique_lock lock(hold_mutex_);
-                hold_changed_.wait_for(lock, std::chrono::seconds(60),
-                                       [this] { return stopping_; });
-                return false;
-            });
+        serve_half_then(bytes, res, [this](std::size_t, httplib::DataSink&) {
+            std::unique_lock lock(hold_mutex_);
+            hold_changed_.wait_for(lock, std::chrono::seconds(60), [this] { return stopping_; });
+            return false;
+        });
     }
 
     // Accepts connections and closes them at once: a peer gone after the redirect.
