@@ -21,13 +21,6 @@ ModelSpec spec(std::string id, std::optional<bool> embed = std::nullopt) {
     return s;
 }
 
-std::unique_ptr<ModelManager> manager(ModelManagerOptions o = {}) {
-    set_log_level(LogLevel::none);
-    auto m = ModelManager::create(std::move(o));
-    if (!m) throw std::runtime_error(m.error().describe());
-    return std::move(*m);
-}
-
 std::uint64_t footprint_of(const ModelManager& m, const std::string& id) {
     auto l = m.find(id);
     return l && l->footprint ? l->footprint->on(host_device) : 0;
@@ -60,7 +53,7 @@ struct Sizes {
 
 Sizes sizes() {
     Sizes s;
-    auto m = manager();
+    auto m = quiet_manager();
     EXPECT_TRUE(m->add(spec("lazy")));
     EXPECT_TRUE(m->add(spec("eager", true)));
     // One after the other: llama.cpp's estimate swaps its global log callback, which a load
@@ -77,7 +70,7 @@ TEST(ModelEmbedder, AGenerativeModelEmbedsOnAContextMadeAtItsFirstRequestAndCoun
     ASSERT_GT(size.generating, 0u);
     ASSERT_GT(size.embedding, 0u);  // --embeddings counted its context from the load
 
-    auto m = manager();
+    auto m = quiet_manager();
     ASSERT_TRUE(m->add(spec("llama")));
     {
         auto lease = m->acquire("llama");
@@ -113,7 +106,7 @@ TEST(ModelEmbedder, AContextThatDoesNotFitIsRefusedAndTheModelServesOnOrIdleMode
     const Sizes size = sizes();
     ModelManagerOptions tight;
     tight.memory_budget[std::string(host_device)] = size.generating + size.embedding / 2;
-    auto m = manager(tight);
+    auto m = quiet_manager(tight);
     ASSERT_TRUE(m->add(spec("llama")));
     {
         auto lease = m->acquire("llama");
@@ -135,7 +128,7 @@ TEST(ModelEmbedder, AContextThatDoesNotFitIsRefusedAndTheModelServesOnOrIdleMode
     ModelManagerOptions room;
     room.memory_budget[std::string(host_device)] = 2 * size.generating + size.embedding / 2;
     room.unload_idle_to_fit = true;
-    m = manager(room);
+    m = quiet_manager(room);
     ASSERT_TRUE(m->add(spec("a")));
     ASSERT_TRUE(m->add(spec("b")));
     ASSERT_TRUE(m->acquire("b"));
@@ -149,7 +142,7 @@ TEST(ModelEmbedder, AContextThatDoesNotFitIsRefusedAndTheModelServesOnOrIdleMode
 }
 
 TEST(ModelEmbedder, EmbedFalseRefusesAGenerativeModelsEmbeddingsAndNotAnEmbeddingModels) {
-    auto m = manager();
+    auto m = quiet_manager();
     ASSERT_TRUE(m->add(spec("llama", false)));
     auto lease = m->acquire("llama");
     ASSERT_TRUE(lease) << lease.error().describe();

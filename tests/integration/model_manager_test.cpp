@@ -29,13 +29,6 @@ ModelSpec spec(std::string id, std::filesystem::path path) {
     return s;
 }
 
-std::unique_ptr<ModelManager> manager(ModelManagerOptions o = {}) {
-    set_log_level(LogLevel::none);
-    auto m = ModelManager::create(std::move(o));
-    if (!m) throw std::runtime_error(m.error().describe());
-    return std::move(*m);
-}
-
 std::string greedy_text(const ModelLease& lease, const std::string& prompt, int tokens = 12) {
     auto h = lease.engine().submit(prompt, request({}, tokens));
     if (!h) throw std::runtime_error(h.error().describe());
@@ -85,7 +78,7 @@ TEST(Footprint, TheEstimateComesFromANoAllocationLoadAndSplitsWeightsContextAndC
 }
 
 TEST(ModelManager, TwoModelsServeSideBySideAndEachAnswersAsItDoesAlone) {
-    auto m = manager();
+    auto m = quiet_manager();
     ASSERT_TRUE(m->add(spec("stories", shared_model("stories260K.gguf"))));
     ModelSpec llama = spec("llama", generated_model("llama-tiny.gguf"));
     llama.aliases = {"tiny"};
@@ -133,7 +126,7 @@ TEST(ModelManager, TwoModelsServeSideBySideAndEachAnswersAsItDoesAlone) {
 }
 
 TEST(ModelManager, UnloadFreesTheModelAndTheNextRequestLoadsItAgain) {
-    auto m = manager();
+    auto m = quiet_manager();
     ASSERT_TRUE(m->add(spec("stories", shared_model("stories260K.gguf"))));
     EXPECT_EQ(m->unload("stories").error().code, ErrorCode::busy);  // not loaded
     std::string first;
@@ -150,7 +143,7 @@ TEST(ModelManager, UnloadFreesTheModelAndTheNextRequestLoadsItAgain) {
 }
 
 TEST(ModelManager, UnloadCancelsWhatStillRunsAfterTheGracePeriod) {
-    auto m = manager();
+    auto m = quiet_manager();
     ASSERT_TRUE(m->add(spec("stories", shared_model("stories260K.gguf"))));
     auto lease = m->acquire("stories");
     ASSERT_TRUE(lease);
@@ -170,7 +163,7 @@ TEST(ModelManager, UnloadCancelsWhatStillRunsAfterTheGracePeriod) {
 // A request that took its lease just before an unload began (the server between choosing the
 // model and submitting) is served within the grace period, not refused as shutting down.
 TEST(ModelManager, ALeaseTakenBeforeAnUnloadCanStillSubmitDuringTheGrace) {
-    auto m = manager();
+    auto m = quiet_manager();
     ASSERT_TRUE(m->add(spec("stories", shared_model("stories260K.gguf"))));
     std::future<Result<void>> unloading;
     std::optional<ModelLease> lease;  // declared last: gone first, so a failure cannot hang
@@ -193,7 +186,7 @@ TEST(ModelManager, UnloadFreesTheModelsShareOfTheKvStoresRamTier) {
     ASSERT_TRUE(store);
     ModelManagerOptions o;
     o.kv_store = *store;
-    auto m = manager(o);
+    auto m = quiet_manager(o);
     ASSERT_TRUE(m->add(spec("stories", shared_model("stories260K.gguf"))));
     ASSERT_TRUE(m->add(spec("llama", generated_model("llama-tiny.gguf"))));
     for (const char* id : {"stories", "llama"}) {
@@ -215,7 +208,7 @@ TEST(ModelManager, UnloadFreesTheModelsShareOfTheKvStoresRamTier) {
 TEST(ModelManager, AFileThatIsNotAModelIsListedAsFailedAndTheOthersServe) {
     TempDir dir;
     std::ofstream(dir / "broken.gguf") << "GGUF but not really";
-    auto m = manager();
+    auto m = quiet_manager();
     ASSERT_TRUE(m->add(spec("broken", dir / "broken.gguf")));
     ASSERT_TRUE(m->add(spec("stories", shared_model("stories260K.gguf"))));
     auto listed = m->find("broken");
@@ -237,7 +230,7 @@ TEST(ModelManager, ALoadThatDoesNotFitFailsAtOnceOrUnloadsIdleModelsWhenAllowed)
     const auto llama = generated_model("llama-tiny.gguf");
     std::uint64_t need = 0;
     {
-        auto probe = manager();
+        auto probe = quiet_manager();
         ASSERT_TRUE(probe->add(spec("llama", llama)));
         ASSERT_TRUE(probe->load("llama"));
         auto listed = probe->find("llama");
@@ -246,7 +239,7 @@ TEST(ModelManager, ALoadThatDoesNotFitFailsAtOnceOrUnloadsIdleModelsWhenAllowed)
     }
     ModelManagerOptions tight;
     tight.memory_budget[std::string(host_device)] = need / 2;
-    auto m = manager(tight);
+    auto m = quiet_manager(tight);
     ASSERT_TRUE(m->add(spec("llama", llama)));
     auto refused = m->load("llama");
     ASSERT_FALSE(refused);
@@ -261,7 +254,7 @@ TEST(ModelManager, ALoadThatDoesNotFitFailsAtOnceOrUnloadsIdleModelsWhenAllowed)
     ModelManagerOptions one;
     one.memory_budget[std::string(host_device)] = need + need / 2;
     one.unload_idle_to_fit = true;
-    m = manager(one);
+    m = quiet_manager(one);
     ASSERT_TRUE(m->add(spec("llama", llama)));
     ASSERT_TRUE(m->add(spec("llama2", llama)));
     {
@@ -283,7 +276,7 @@ TEST(ModelManager, ALoadThatDoesNotFitFailsAtOnceOrUnloadsIdleModelsWhenAllowed)
 TEST(ModelManager, WithoutLoadOnRequestOnlyALoadLoads) {
     ModelManagerOptions o;
     o.load_on_request = false;
-    auto m = manager(o);
+    auto m = quiet_manager(o);
     ASSERT_TRUE(m->add(spec("stories", shared_model("stories260K.gguf"))));
     auto refused = m->acquire("stories");
     ASSERT_FALSE(refused);
@@ -298,7 +291,7 @@ TEST(ModelManager, WithoutLoadOnRequestOnlyALoadLoads) {
 TEST(ModelManager, MaxModelsCapsWhatIsResident) {
     ModelManagerOptions o;
     o.max_models = 1;
-    auto m = manager(o);
+    auto m = quiet_manager(o);
     ASSERT_TRUE(m->add(spec("a", shared_model("stories260K.gguf"))));
     ASSERT_TRUE(m->add(spec("b", shared_model("stories260K.gguf"))));
     auto a = m->acquire("a");
@@ -307,7 +300,7 @@ TEST(ModelManager, MaxModelsCapsWhatIsResident) {
 }
 
 TEST(ModelManager, AnIdleModelIsUnloadedAfterItsKeepAliveAndARequestCanSetIt) {
-    auto m = manager();
+    auto m = quiet_manager();
     ModelSpec s = spec("stories", shared_model("stories260K.gguf"));
     ASSERT_TRUE(m->add(s));
     {
@@ -334,7 +327,7 @@ TEST(ModelManager, AnIdleModelIsUnloadedAfterItsKeepAliveAndARequestCanSetIt) {
 // Reads (health checks, /props) take leases only of a ready model and never restart its
 // keep-alive: polling does not keep an idle model awake, nor wake it.
 TEST(ModelManager, ReadsOfAReadyModelDoNotKeepItAwake) {
-    auto m = manager();
+    auto m = quiet_manager();
     ModelSpec s = spec("stories", shared_model("stories260K.gguf"));
     ASSERT_TRUE(m->add(s));
     ASSERT_TRUE(m->acquire("stories", std::chrono::steady_clock::time_point::max(), 300ms));
@@ -347,7 +340,7 @@ TEST(ModelManager, ReadsOfAReadyModelDoNotKeepItAwake) {
 }
 
 TEST(ModelManager, RequestsForAModelThatIsLoadingWaitForItWithADeadline) {
-    auto m = manager();
+    auto m = quiet_manager();
     ASSERT_TRUE(m->add(spec("llama", generated_model("llama-tiny.gguf"))));
     ASSERT_TRUE(m->load("llama"));
     auto waited = m->acquire("llama");  // loading or already ready: either way a lease

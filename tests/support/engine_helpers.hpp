@@ -70,4 +70,12 @@ inline std::vector<Token> concat(std::vector<Token> a, const std::vector<Token>&
     return a;
 }
 
+// A model manager with llama.cpp's and llamapp's logs off.
+inline std::unique_ptr<ModelManager> quiet_manager(ModelManagerOptions o = {}) {
+    set_log_level(LogLevel::none);
+    auto m = ModelManager::create(std::move(o));
+    if (!m) throw std::runtime_error(m.error().describe());
+    return std::move(*m);
+}
+
 }  // namespace llamapp::test
