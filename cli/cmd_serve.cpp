@@ -1,6 +1,9 @@
 // `llamapp serve`: the OpenAI-compatible HTTP server on the models given with -m and those of a
 // models directory.
 #include <fmt/core.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <pthread.h>
 #include <signal.h>
 
@@ -13,6 +16,7 @@
 #include <fstream>
 #include <memory>
 #include <sstream>
+#include <string_view>
 #include <thread>
 
 #include "commands.hpp"
@@ -419,8 +423,24 @@ class SignalWatcher {
     std::thread thread_;
 };
 
+// glibc serves a large allocation with mmap, but after one is freed it raises that threshold
+// (to 32 MiB at most), so the next request bodies and replies of that size come from the
+// connection thread's own arena and stay resident: a few oversized uploads, each on another
+// thread, kept up to arenas x 24 MB (382 MB on 2 cores; docs/performance.md). A fixed threshold
+// returns every buffer of 1 MiB or more at once. An operator's own setting wins.
+void keep_large_buffers_out_of_arenas() {
+#ifdef __GLIBC__
+    const char* tunables = std::getenv("GLIBC_TUNABLES");
+    const bool operator_set =
+        std::getenv("MALLOC_MMAP_THRESHOLD_") ||
+        (tunables && std::string_view(tunables).find("mmap_threshold") != std::string_view::npos);
+    if (!operator_set) mallopt(M_MMAP_THRESHOLD, 1 << 20);
+#endif
+}
+
 int serve(const std::shared_ptr<ServeFlags>& flags) {
     apply_log_level(flags->common);
+    keep_large_buffers_out_of_arenas();
     auto options = server_options(*flags);
     if (!options) return report(options.error());
     SignalWatcher watcher;

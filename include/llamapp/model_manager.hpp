@@ -184,8 +184,9 @@ class ModelManager {
     [[nodiscard]] Result<void> add(ModelSpec spec);
     // Unloads it if needed and forgets it. Errors: not_found.
     [[nodiscard]] Result<void> remove(const std::string& name);
-    // Another name for a model, as Ollama's copy makes one. Errors: not_found, invalid_argument
-    // (a bad name), already_exists (a model or an alias has that name).
+    // Another name for a model, as Ollama's copy makes one: a plain name[:tag], never a path or
+    // a hub reference. Errors: not_found, invalid_argument (not a plain name), already_exists
+    // (a model or an alias has that name).
     [[nodiscard]] Result<void> add_alias(const std::string& name, const std::string& alias);
     // Forgets an alias; the model keeps its other names. Errors: not_found (no such alias).
     [[nodiscard]] Result<void> remove_alias(const std::string& alias);

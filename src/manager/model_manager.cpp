@@ -223,7 +223,12 @@ Result<void> ModelManager::remove(const std::string& name) {
 }
 
 Result<void> ModelManager::add_alias(const std::string& name, const std::string& alias) {
-    if (auto ok = check_name(alias, "alias"); !ok) return ok;
+    // A path or a hub reference would let a copy pass for a file or a pull it never made.
+    if (auto ref = parse_model_ref(alias); !ref || ref->kind != ModelRefKind::name)
+        return fail(ErrorCode::invalid_argument,
+                    "an alias is a plain name: letters, digits, '.', '_' or '-', with at most "
+                    "one ':tag'; never a path or a hub reference",
+                    alias);
     std::lock_guard lock(state_->mutex);
     ModelEntry* e = state_->find(name);
     if (!e) return std::unexpected(not_known(*state_, name));

@@ -8,7 +8,9 @@
 #include <nlohmann/json.hpp>
 
 #include <fstream>
+#include <future>
 #include <string_view>
+#include <vector>
 
 #include "support/command.hpp"
 #include "support/http_helpers.hpp"
@@ -57,10 +59,10 @@ httplib::Headers with(std::string name, std::string value) {
 class HttpEdges : public ::testing::Test {
   protected:
     static void SetUpTestSuite() {
-        server_ =
-            start_suite_server({"-m", stories, "-c", "256", "-t", "1", "--parallel", "1",
-                                "--read-timeout", "1", "--cors-origin", "http://page.example"},
-                               start_error_);
+        server_ = start_suite_server(
+            {"-m", stories, "-c", "256", "-t", "1", "--parallel", "1", "--read-timeout", "1",
+             "--max-body-bytes", "65536", "--cors-origin", "http://page.example"},
+            start_error_);
     }
     void SetUp() override { ASSERT_NE(server_, nullptr) << start_error_; }
     static void TearDownTestSuite() {
@@ -155,11 +157,109 @@ TEST_F(HttpEdges, AStalledRequestIsAnsweredOnceTheReadTimeoutPasses) {
     EXPECT_EQ(head.status, 408);
     EXPECT_EQ(head.body["error"]["code"], "request_timeout") << head.body;
 
+    // A body that stops arriving is a stalled request too, not a malformed one.
     const auto body = answer_closing(server_->port(),
                                      "POST /tokenize HTTP/1.1\r\nHost: localhost\r\nContent-Type: "
                                      "application/json\r\nContent-Length: 100\r\n\r\n{\"content\"");
-    EXPECT_EQ(body.status, 400);
+    EXPECT_EQ(body.status, 408);
+    EXPECT_EQ(body.body["error"]["code"], "request_timeout") << body.body;
+    // One that ends before its length is malformed.
+    RawConnection shorter(server_->port());
+    shorter.send(
+        "POST /tokenize HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json"
+        "\r\nContent-Length: 100\r\n\r\n{\"content\"");
+    shorter.finish_sending();
+    ASSERT_TRUE(shorter.read_to_close(std::chrono::seconds(30)));
+    EXPECT_EQ(parse_answer(shorter.received()).status, 400) << shorter.received();
     expect_still_serving();
+}
+
+// The suite's server takes bodies up to 64 KiB. A larger one is refused without being read into
+// memory: on its Content-Length, before the body (and before inviting it with 100 Continue), and
+// a chunked one once it passes the limit.
+TEST_F(HttpEdges, ABodyOverTheLimitIsRefusedBeforeItIsRead) {
+    const std::string head =
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\n"
+        "Content-Type: application/json\r\n";
+    for (const std::string expect : {"", "Expect: 100-continue\r\n"}) {
+        RawConnection c(server_->port());
+        c.send(head + "Content-Length: 52428800\r\n" + expect + "\r\n");
+        ASSERT_TRUE(c.read_to_close(std::chrono::seconds(30))) << expect;
+        EXPECT_TRUE(c.received().starts_with("HTTP/1.1 413")) << expect << c.received();
+        EXPECT_EQ(parse_answer(c.received()).body["error"]["code"], "body_too_large")
+            << c.received();
+    }
+    std::string chunked = head + "Transfer-Encoding: chunked\r\n\r\n";
+    for (int i = 0; i < 16; ++i) chunked += "2000\r\n" + std::string(0x2000, ' ') + "\r\n";
+    const auto refused = answer_closing(server_->port(), chunked + "0\r\n\r\n");
+    EXPECT_EQ(refused.status, 413);
+    // Within the limit, announced or chunked, a body is read as before.
+    auto c = server_->client();
+    const std::string within = json{{"content", std::string(60'000, 'a')}}.dump();
+    auto whole = c.Post("/tokenize", within, "application/json");
+    ASSERT_TRUE(whole);
+    EXPECT_EQ(whole->status, 200) << whole->body;
+    const std::string small = json{{"content", "hello"}}.dump();
+    const auto in_chunks = answer_closing(
+        server_->port(),
+        fmt::format("POST /tokenize HTTP/1.1\r\nHost: localhost\r\nContent-Type: "
+                    "application/json\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n"
+                    "\r\n{:x}\r\n{}\r\n0\r\n\r\n",
+                    small.size(), small));
+    EXPECT_EQ(in_chunks.status, 200);
+    expect_still_serving();
+}
+
+// A line ended by LF alone is answered 400, not met with silence (nor read as a proxy might not).
+TEST_F(HttpEdges, ALineEndedByABareLineFeedGets400) {
+    for (const std::string request :
+         {"GET /health HTTP/1.1\n\n", "GET /health HTTP/1.1\r\nHost: localhost\n\r\n",
+          "POST /api/chat HTTP/1.1\nHost: localhost\n\n"}) {
+        const auto answer = answer_closing(server_->port(), request);
+        EXPECT_EQ(answer.status, 400) << request;
+        EXPECT_FALSE(answer.body.is_discarded()) << request;
+    }
+    expect_still_serving();
+}
+
+// The server's resident memory in MB, from /proc.
+double resident_mb(pid_t pid) {
+    std::ifstream status(fmt::format("/proc/{}/status", pid));
+    for (std::string line; std::getline(status, line);)
+        if (line.starts_with("VmRSS:")) return std::stod(line.substr(6)) / 1024;
+    return 0;
+}
+
+// A chunked body is read up to the limit before it is refused. glibc would keep each such
+// buffer in the arena of the connection thread that read it (24 MB each, up to 8 arenas a core):
+// `serve` makes buffers that large come from mmap, so they leave the process when freed.
+TEST(HttpMemory, OversizedChunkedBodiesLeaveNothingResident) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+    GTEST_SKIP() << "a sanitizer's allocator, not glibc's, holds the memory here";
+#endif
+    ServerProcess server({"-m", stories, "-c", "256", "-t", "1", "--parallel", "1"});
+    const std::string head =
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: "
+        "application/json\r\nTransfer-Encoding: chunked\r\n\r\n";
+    std::string chunks;
+    for (int i = 0; i < 16; ++i) chunks += "10000\r\n" + std::string(0x10000, ' ') + "\r\n";
+    const double before = resident_mb(server.pid());
+    for (int round = 0; round < 3; ++round) {
+        // Eight at once, so that eight connection threads each read one.
+        std::vector<std::future<std::string>> answers;
+        for (int i = 0; i < 8; ++i)
+            answers.push_back(std::async(std::launch::async, [&] {
+                RawConnection c(server.port());
+                // 9 MiB, past the default 8 MiB limit; the server may close before the end.
+                bool sending = c.send(head);
+                for (int mib = 0; sending && mib < 9; ++mib) sending = c.send(chunks);
+                c.read_to_close(std::chrono::seconds(60));
+                return c.received();
+            }));
+        for (auto& a : answers) EXPECT_TRUE(a.get().starts_with("HTTP/1.1 413"));
+    }
+    const double after = resident_mb(server.pid());
+    EXPECT_LT(after - before, 48) << "resident " << before << " MB, then " << after << " MB";
 }
 
 // A body labelled other than JSON is what a page of another site can send without asking

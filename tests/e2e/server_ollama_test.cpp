@@ -21,14 +21,17 @@ using json = nlohmann::json;
 using namespace llamapp::test;
 
 const std::string qwen = generated_model("qwen3-tiny.gguf").string();
+constexpr const char* hub_like_name = "tiny/llama-GGUF:Q4_0";
 
 class OllamaApi : public ::testing::Test {
   protected:
     static void SetUpTestSuite() {
-        // A second model with fill-in-the-middle tokens, for suffix and capabilities.
+        // A second model with fill-in-the-middle tokens, for suffix and capabilities; a third
+        // that the operator named as a hub model reads, which no pull may take for that model.
         server_ = start_suite_server(
-            {"-m", qwen, "-m", "coder=" + generated_model("coder-tiny.gguf").string(), "-c", "1024",
-             "-np", "2", "-t", "2"},
+            {"-m", qwen, "-m", "coder=" + generated_model("coder-tiny.gguf").string(), "-m",
+             std::string(hub_like_name) + "=" + shared_model("stories260K.gguf").string(), "-c",
+             "1024", "-np", "2", "-t", "2"},
             start_error_);
     }
     void SetUp() override { ASSERT_NE(server_, nullptr) << start_error_; }
@@ -65,6 +68,44 @@ json chat(const json& messages, int num_predict) {
 
 json user(const std::string& text) {
     return {{"role", "user"}, {"content", text}};
+}
+
+// A copy is a plain name: one that reads as a path or a hub model would let a client pass a
+// model off as a file or as a pull that never happened.
+TEST_F(OllamaApi, ACopyIsAPlainNameAndAPullNeverTakesAnotherModelForTheHubs) {
+    const std::vector<std::string> squatters = {"../../etc/passwd",
+                                                "owner/repo:/etc/passwd",
+                                                "hf.co/evil/model:Q4_0",
+                                                "evil/model:Q4_0",
+                                                "/tmp/model.gguf",
+                                                "model.gguf",
+                                                "hf.co/evil/model",
+                                                "a:b:c",
+                                                ".hidden"};
+    for (const std::string& name : squatters) {
+        const json r = post("/api/copy", {{"source", "qwen3-tiny"}, {"destination", name}}, 400);
+        EXPECT_TRUE(r["error"].is_string()) << name << ": " << r;
+    }
+    auto listed = server_->client().Get("/api/tags");
+    ASSERT_TRUE(listed);
+    for (const json& m : json::parse(listed->body)["models"]) {
+        const std::string name = m["name"];
+        EXPECT_TRUE(name.find("passwd") == std::string::npos &&
+                    name.find("evil") == std::string::npos && !name.starts_with("model.gguf"))
+            << name;
+    }
+
+    const json pulled = post(
+        "/api/pull", {{"model", "hf.co/" + std::string(hub_like_name)}, {"stream", false}}, 400);
+    EXPECT_FALSE(pulled.contains("status")) << pulled;
+    EXPECT_NE(pulled["error"].get<std::string>().find("not that hub model"), std::string::npos)
+        << pulled;
+
+    post("/api/copy", {{"source", "qwen3-tiny"}, {"destination", "my-copy:v1"}});
+    auto del =
+        server_->client().Delete("/api/delete", R"({"model": "my-copy:v1"})", "application/json");
+    ASSERT_TRUE(del);
+    EXPECT_EQ(del->status, 200) << del->body;
 }
 
 TEST_F(OllamaApi, TheRootAndTheVersionAnswerAsOllamasDo) {

@@ -126,6 +126,10 @@ class RawConnection {
         return closed_;
     }
     const std::string& received() const { return got_; }
+    // Says nothing more will be sent (a half-close); the answer can still be read.
+    void finish_sending() {
+        if (fd_ >= 0) ::shutdown(fd_, SHUT_WR);
+    }
     void hang_up() {
         if (fd_ >= 0) ::close(fd_);
         fd_ = -1;

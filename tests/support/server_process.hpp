@@ -74,6 +74,7 @@ class ServerProcess {
         c.set_connection_timeout(std::chrono::seconds(5));
         return c;
     }
+    pid_t pid() const { return pid_; }
     void signal(int sig) { ::kill(pid_, sig); }
     // Exit status, or -1 if it did not exit in time.
     int wait_exit(std::chrono::seconds timeout) {

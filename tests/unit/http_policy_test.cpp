@@ -19,8 +19,25 @@ TEST(HttpHead, AHeadIsCompleteAtItsBlankLine) {
     EXPECT_EQ(scan_head("GET / HTTP/1.1\r\nHost: a\r\n", limits), HeadScan::incomplete);
     EXPECT_EQ(scan_head("GET / HTTP/1.1\r\nHost: a\r", limits), HeadScan::incomplete);
     EXPECT_EQ(scan_head("", limits), HeadScan::incomplete);
-    // A bare LF does not end a line.
-    EXPECT_EQ(scan_head("GET / HTTP/1.1\n\n", limits), HeadScan::incomplete);
+    // A line ended by a bare LF is refused, in the request line or a header, never waited on.
+    EXPECT_EQ(scan_head("GET / HTTP/1.1\n\n", limits), HeadScan::bare_line_feed);
+    EXPECT_EQ(scan_head("GET / HTTP/1.1\r\nHost: a\n\r\n", limits), HeadScan::bare_line_feed);
+    EXPECT_EQ(scan_head("\n", limits), HeadScan::bare_line_feed);
+}
+
+TEST(HttpHead, TheAnnouncedLengthIsReadFromTheHead) {
+    EXPECT_EQ(announced_length("POST / HTTP/1.1\r\nContent-Length: 52428800\r\n\r\n"), 52428800u);
+    EXPECT_EQ(announced_length("POST / HTTP/1.1\r\ncontent-LENGTH:\t7 \r\nHost: a\r\n\r\n"), 7u);
+    EXPECT_EQ(announced_length("GET / HTTP/1.1\r\nHost: a\r\n\r\n"), std::nullopt);
+    // The same value twice is one length; two values, a sign or junk are left to httplib's 400.
+    EXPECT_EQ(announced_length("POST / HTTP/1.1\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\n"),
+              5u);
+    EXPECT_EQ(announced_length("POST / HTTP/1.1\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n"),
+              std::nullopt);
+    EXPECT_EQ(announced_length("POST / HTTP/1.1\r\nContent-Length: -1\r\n\r\n"), std::nullopt);
+    EXPECT_EQ(announced_length("POST / HTTP/1.1\r\nContent-Length: 5x\r\n\r\n"), std::nullopt);
+    // Past the blank line is the body, not a header.
+    EXPECT_EQ(announced_length("POST / HTTP/1.1\r\n\r\nContent-Length: 9\r\n"), std::nullopt);
 }
 
 TEST(HttpHead, EachLimitHasItsStatus) {

@@ -1,5 +1,7 @@
 #include "server/common/model_pulls.hpp"
 
+#include <fmt/core.h>
+
 #include <algorithm>
 
 #include "llamapp/hub.hpp"
@@ -51,6 +53,16 @@ Result<void> ModelPulls::start(const HubRef& ref) {
     const std::string name = ref.to_string();
     std::lock_guard lock(mutex_);
     if (stopping_) return fail(ErrorCode::shutting_down, "the server is stopping");
+    // Only the hub model itself counts as pulled: a name that some other model holds (an alias,
+    // a file the operator named so) must not pass for it.
+    if (auto known = models_.find(name); known && (known->id != name || !known->hub))
+        return fail(ErrorCode::invalid_argument,
+                    fmt::format("'{}' names {} on this server, not that hub model; delete it "
+                                "before pulling",
+                                name,
+                                known->id != name ? fmt::format("an alias of '{}'", known->id)
+                                                  : std::string("a model file")),
+                    name);
     if (models_.find(name) || std::find(pulling_.begin(), pulling_.end(), name) != pulling_.end())
         return fail(ErrorCode::already_exists,
                     "the model '" + name + "' exists already or is being pulled", name);

@@ -8,7 +8,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
+#include <charconv>
 #include <cstring>
 #include <optional>
 #include <string>
@@ -20,7 +22,8 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
-thread_local int last_status = 0;  // of the response this thread wrote last (record_status)
+thread_local int last_status = 0;        // of the response this thread wrote last (record_status)
+thread_local bool read_stalled = false;  // this thread's request stopped arriving (body_stalled)
 
 // True when `sock` has `events` within `timeout` (never negative).
 bool wait_for(socket_t sock, short events, milliseconds timeout) {
@@ -79,6 +82,7 @@ class ConnectionStream final : public httplib::Stream {
         }
         if (!wait_for(sock_, POLLIN, read_timeout_)) {
             error_ = httplib::Error::Timeout;
+            read_stalled = true;
             return -1;
         }
         const ssize_t n = receive(ptr, size);
@@ -137,7 +141,7 @@ class ConnectionStream final : public httplib::Stream {
         }
     }
 
-    enum class Head { complete, closed, timed_out, uri_too_long, headers_too_large };
+    enum class Head { complete, closed, timed_out, uri_too_long, headers_too_large, bad_line_end };
 
     // Reads on until the buffer holds a whole head, or it breaks a limit, or its time is up.
     Head read_head(const ConnectionLimits& limits) {
@@ -152,6 +156,8 @@ class ConnectionStream final : public httplib::Stream {
                         return Head::uri_too_long;
                     case HeadScan::headers_too_large:
                         return Head::headers_too_large;
+                    case HeadScan::bare_line_feed:
+                        return Head::bad_line_end;
                     case HeadScan::incomplete:
                         break;
                 }
@@ -210,6 +216,47 @@ httplib::Request refused_request(std::string_view head) {
     return req;
 }
 
+// Answers a request refused before httplib saw it, and says the connection closes after it.
+void answer_refused(ConnectionStream& strm, const Listener::Refusal& refuse, int status) {
+    httplib::Request req = refused_request(strm.buffered());
+    httplib::Response res;
+    res.status = status;
+    refuse(req, res);
+    std::string out =
+        fmt::format("HTTP/1.1 {} {}\r\n", res.status, httplib::status_message(res.status));
+    for (const auto& [name, value] : res.headers) out += name + ": " + value + "\r\n";
+    out += fmt::format("Content-Length: {}\r\nConnection: close\r\n\r\n", res.body.size());
+    out += res.body;
+    strm.write_all(out);
+}
+
+int refusal_status(ConnectionStream::Head head) {
+    using Head = ConnectionStream::Head;
+    switch (head) {
+        case Head::uri_too_long:
+            return httplib::UriTooLong_414;
+        case Head::headers_too_large:
+            return httplib::RequestHeaderFieldsTooLarge_431;
+        case Head::bad_line_end:
+            return httplib::BadRequest_400;
+        default:
+            return httplib::RequestTimeout_408;
+    }
+}
+
+bool same_letters(std::string_view a, std::string_view b) {
+    return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+               return std::tolower(static_cast<unsigned char>(x)) ==
+                      std::tolower(static_cast<unsigned char>(y));
+           });
+}
+
+std::string_view trimmed(std::string_view s) {
+    while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+    while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+    return s;
+}
+
 // Half-closes, then reads what the peer still sends for a moment: closing with unread bytes
 // makes the kernel send a reset, which can destroy the answer just written before it is read.
 void close_gracefully(socket_t sock) {
@@ -237,22 +284,52 @@ void record_status(int status) {
 }
 
 HeadScan scan_head(std::string_view bytes, const ConnectionLimits& limits) {
-    const std::size_t line_end = bytes.find("\r\n");
-    if (line_end == std::string_view::npos)
-        return bytes.size() > limits.max_request_line ? HeadScan::uri_too_long
-                                                      : HeadScan::incomplete;
-    if (line_end > limits.max_request_line) return HeadScan::uri_too_long;
-    std::size_t at = line_end + 2;
-    for (std::size_t headers = 0;; ++headers) {
-        const std::size_t end = bytes.find("\r\n", at);
-        const std::size_t line = (end == std::string_view::npos ? bytes.size() : end + 2) - at;
-        if (line > limits.max_header_line || headers > limits.max_headers ||
-            at + line > limits.max_head_bytes)
-            return HeadScan::headers_too_large;
-        if (end == std::string_view::npos) return HeadScan::incomplete;
-        if (end == at) return HeadScan::complete;
+    constexpr auto none = std::string_view::npos;
+    std::size_t at = 0;
+    for (std::size_t line_number = 0;; ++line_number) {
+        const std::size_t lf = bytes.find('\n', at);
+        if (lf != none && (lf == 0 || bytes[lf - 1] != '\r')) return HeadScan::bare_line_feed;
+        const std::size_t end = lf == none ? none : lf - 1;  // where the line's CRLF starts
+        if (line_number == 0) {
+            if ((end == none ? bytes.size() : end) > limits.max_request_line)
+                return HeadScan::uri_too_long;
+        } else {
+            const std::size_t line = (end == none ? bytes.size() : end + 2) - at;
+            if (line > limits.max_header_line || line_number - 1 > limits.max_headers ||
+                at + line > limits.max_head_bytes)
+                return HeadScan::headers_too_large;
+        }
+        if (end == none) return HeadScan::incomplete;
+        if (line_number > 0 && end == at) return HeadScan::complete;
         at = end + 2;
     }
+}
+
+std::optional<std::uint64_t> announced_length(std::string_view head) {
+    std::optional<std::uint64_t> length;
+    std::size_t at = head.find("\r\n");
+    while (at != std::string_view::npos && at + 2 < head.size()) {
+        const std::size_t begin = at + 2;
+        at = head.find("\r\n", begin);
+        const std::string_view line = head.substr(begin, at - begin);
+        if (line.empty()) break;
+        const std::size_t colon = line.find(':');
+        if (colon == std::string_view::npos ||
+            !same_letters(line.substr(0, colon), "content-length"))
+            continue;
+        const std::string_view digits = trimmed(line.substr(colon + 1));
+        std::uint64_t value = 0;
+        const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), value);
+        if (ec != std::errc{} || end != digits.data() + digits.size() ||
+            (length && *length != value))
+            return std::nullopt;
+        length = value;
+    }
+    return length;
+}
+
+bool body_stalled() {
+    return read_stalled;
 }
 
 Listener::Listener(const ConnectionLimits& limits, Refusal refuse)
@@ -276,24 +353,19 @@ bool Listener::process_and_close_socket(socket_t sock) {
             const Head head = strm.read_head(limits_);
             if (head == Head::closed) return true;
             if (head != Head::complete) {
-                httplib::Request req = refused_request(strm.buffered());
-                httplib::Response res;
-                res.status = head == Head::uri_too_long ? httplib::UriTooLong_414
-                             : head == Head::headers_too_large
-                                 ? httplib::RequestHeaderFieldsTooLarge_431
-                                 : httplib::RequestTimeout_408;
-                refuse_(req, res);
-                std::string out = fmt::format("HTTP/1.1 {} {}\r\n", res.status,
-                                              httplib::status_message(res.status));
-                for (const auto& [name, value] : res.headers) out += name + ": " + value + "\r\n";
-                out +=
-                    fmt::format("Content-Length: {}\r\nConnection: close\r\n\r\n", res.body.size());
-                out += res.body;
-                strm.write_all(out);
+                answer_refused(strm, refuse_, refusal_status(head));
+                return true;
+            }
+            // Refused before a byte of the body is read (or invited by 100 Continue), so an
+            // oversized upload costs neither memory nor the time it takes to send.
+            if (const auto length = announced_length(strm.buffered());
+                length && *length > limits_.max_body_bytes) {
+                answer_refused(strm, refuse_, httplib::PayloadTooLarge_413);
                 return true;
             }
             bool closed = false;
             last_status = 0;
+            read_stalled = false;
             if (!process_request(strm, remote_addr, remote_port, local_addr, local_port, left == 1,
                                  closed, nullptr) ||
                 closed)

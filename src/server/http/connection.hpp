@@ -2,13 +2,15 @@
 // through a new stream, which drops bytes already read ahead (a pipelined request), and it closes
 // without an answer on a request line over its buffer. This loop keeps one stream per connection,
 // reads a request's whole head before httplib parses it, and answers a head over the limits
-// itself: 414 for the request line, 431 for the headers, 408 for a head that does not arrive.
+// itself: 414 for the request line, 431 for the headers, 408 for a head that does not arrive,
+// 400 for a line not ended by CRLF, 413 for a Content-Length over the body limit.
 #pragma once
 
 #include <httplib.h>
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <optional>
 #include <string_view>
@@ -28,6 +30,7 @@ struct ConnectionLimits {
     std::chrono::milliseconds write_timeout{60'000};
     std::chrono::seconds keep_alive{5};  // an idle connection waits this long for its next request
     std::size_t max_requests = 100;      // per connection, then it is closed
+    std::size_t max_body_bytes = 8u << 20;  // a larger Content-Length: 413 before the body
 };
 
 // How far the bytes buffered at the start of a request go toward its head.
@@ -36,8 +39,17 @@ enum class HeadScan {
     incomplete,         // within the limits so far: read on
     uri_too_long,       // 414
     headers_too_large,  // 431
+    bare_line_feed,     // a line ended by LF alone: 400, as a proxy may read the lines otherwise
 };
 HeadScan scan_head(std::string_view buffered, const ConnectionLimits& limits);
+
+// The Content-Length a complete head announces; nullopt when it has none, or when its value is
+// malformed or given twice differently (which httplib then refuses itself).
+std::optional<std::uint64_t> announced_length(std::string_view head);
+
+// Whether the request this thread is reading stopped arriving: its body's read timed out.
+// Reset at each request; the error handler answers 408 instead of 400 for it.
+bool body_stalled();
 
 // Whether a head whose first `scanned` bytes were scanned (nothing yet: nullopt) is worth a new
 // scan: a line may have ended in what came since, or 1 KB more came. A client sending a byte at

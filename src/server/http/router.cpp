@@ -163,6 +163,7 @@ httplib::Server::HandlerResponse Router::pre_route(const httplib::Request& req,
 ConnectionLimits Router::connection_limits() const {
     ConnectionLimits limits;
     limits.read_timeout = options_.read_timeout;
+    limits.max_body_bytes = options_.max_body_bytes;
     return limits;
 }
 
@@ -180,6 +181,8 @@ std::unique_ptr<httplib::Server> Router::make_listener() {
 // JSON shape.
 void Router::answer_protocol_error(const httplib::Request& req, httplib::Response& res) const {
     if (!res.body.empty()) return;
+    // httplib answers 400 for any body it could not read; one that stopped arriving is a 408.
+    if (res.status == 400 && body_stalled()) res.status = 408;
     if (res.status == 404) {
         send_error(req, res,
                    protocol_error(404, "unknown_route",
@@ -205,15 +208,15 @@ void Router::answer_protocol_error(const httplib::Request& req, httplib::Respons
     } else if (res.status == 408) {
         send_error(req, res,
                    protocol_error(408, "request_timeout",
-                                  fmt::format("the request did not arrive within {} ms",
+                                  fmt::format("the request stopped arriving: its head must come "
+                                              "within {0} ms, and its body may pause {0} ms",
                                               options_.read_timeout.count())));
     } else {
         send_error(req, res,
                    protocol_error(res.status, "bad_request",
-                                  fmt::format("the request could not be read: bad framing, or a "
-                                              "body shorter than its Content-Length (a body may "
-                                              "pause {} ms)",
-                                              options_.read_timeout.count())));
+                                  "the request could not be read: bad framing (each line of "
+                                  "the head ends in CRLF; a body is framed by one Content-Length "
+                                  "or chunks), or a body that ended before its Content-Length"));
     }
 }
 
