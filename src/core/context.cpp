@@ -71,6 +71,12 @@ Result<void> validate_context_options(const ModelInfo& info, const ContextOption
                        "n_seq_max");
         !r)
         return r;
+    if (o.embeddings && o.n_ubatch < o.n_seq_max) {
+        return fail(ErrorCode::invalid_argument,
+                    fmt::format("an embedding context needs n_ubatch ({}) >= n_seq_max ({})",
+                                o.n_ubatch, o.n_seq_max),
+                    "n_ubatch");
+    }
     if (auto r = range(o.n_threads, 0, 1024, "n_threads"); !r) return r;
     if (auto r = range(o.n_threads_batch, 0, 1024, "n_threads_batch"); !r) return r;
     if (o.decode_timeout.count() < 0) {
@@ -133,6 +139,9 @@ llama_context_params context_params(const ModelInfo& info, const ContextOptions&
     p.n_batch = static_cast<uint32_t>(options.n_batch);
     p.n_ubatch = static_cast<uint32_t>(options.n_ubatch);
     p.n_seq_max = static_cast<uint32_t>(options.n_seq_max);
+    // llama.cpp reserves an embedding graph for n_ubatch / n_seq_max tokens per sequence, and its
+    // pooling then aborts (GGML_ASSERT in build_pooling) unless the division is exact.
+    if (options.embeddings) p.n_ubatch -= p.n_ubatch % p.n_seq_max;
     p.n_threads = options.n_threads > 0 ? options.n_threads : hw;
     p.n_threads_batch = options.n_threads_batch > 0 ? options.n_threads_batch : p.n_threads;
     p.flash_attn_type = options.flash_attn == FlashAttention::on    ? LLAMA_FLASH_ATTN_TYPE_ENABLED

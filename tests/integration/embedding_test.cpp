@@ -1,7 +1,10 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <memory>
 
+#include "llama.h"
 #include "support/stories.hpp"
 
 using namespace llamapp;
@@ -25,6 +28,65 @@ double norm(const std::vector<float>& v) {
     return std::sqrt(s);
 }
 
+// The straightforward llama.h embedding, the reference llamapp's vectors must match: one text per
+// fresh context, all its tokens in one batch, the pooled vector L2-normalized.
+class RawEmbedder {
+  public:
+    explicit RawEmbedder(enum llama_pooling_type pooling) {
+        model_.reset(llama_model_load_from_file(test::shared_model("stories260K.gguf").c_str(),
+                                                llama_model_default_params()));
+        if (!model_) throw std::runtime_error("llama.cpp cannot load stories260K.gguf");
+        llama_context_params cp = llama_context_default_params();
+        cp.n_ctx = 512;
+        cp.n_threads = 2;
+        cp.n_threads_batch = 2;  // llama.cpp's default 4, on 2 cores, spins at every barrier
+        cp.embeddings = true;
+        cp.pooling_type = pooling;
+        ctx_.reset(llama_init_from_model(model_.get(), cp));
+        if (!ctx_) throw std::runtime_error("llama.cpp cannot make an embedding context");
+    }
+
+    std::vector<float> embed(const std::string& text) {
+        const llama_vocab* vocab = llama_model_get_vocab(model_.get());
+        std::vector<llama_token> tokens(text.size() + 8);
+        const int n = llama_tokenize(vocab, text.data(), static_cast<int>(text.size()),
+                                     tokens.data(), static_cast<int>(tokens.size()), true, false);
+        if (n <= 0) throw std::runtime_error("llama_tokenize failed: " + text);
+        // An empty cache each time: nothing of an earlier text can leak into this one.
+        llama_memory_clear(llama_get_memory(ctx_.get()), true);
+        llama_batch b = llama_batch_init(n, 0, 1);
+        for (int i = 0; i < n; ++i) {
+            b.token[i] = tokens[static_cast<std::size_t>(i)];
+            b.pos[i] = i;
+            b.n_seq_id[i] = 1;
+            b.seq_id[i][0] = 0;
+            b.logits[i] = true;
+        }
+        b.n_tokens = n;
+        const int rc = llama_decode(ctx_.get(), b);
+        llama_batch_free(b);
+        const float* v = rc == 0 ? llama_get_embeddings_seq(ctx_.get(), 0) : nullptr;
+        if (!v) throw std::runtime_error("llama.cpp gave no pooled embedding: " + text);
+        std::vector<float> out(v, v + llama_model_n_embd_out(model_.get()));
+        const double length = norm(out);
+        for (float& x : out) x = static_cast<float>(x / length);
+        return out;
+    }
+
+  private:
+    std::unique_ptr<llama_model, decltype(&llama_model_free)> model_{nullptr, &llama_model_free};
+    std::unique_ptr<llama_context, decltype(&llama_free)> ctx_{nullptr, &llama_free};
+};
+
+// The largest difference between two vectors' components (infinite when the lengths differ).
+double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+    if (a.size() != b.size()) return INFINITY;
+    double worst = 0;
+    for (std::size_t i = 0; i < a.size(); ++i)
+        worst = std::max(worst, std::fabs(static_cast<double>(a[i]) - b[i]));
+    return worst;
+}
+
 }  // namespace
 
 TEST(Embedding, VectorHasOutputLengthAndUnitNorm) {
@@ -36,6 +98,33 @@ TEST(Embedding, VectorHasOutputLengthAndUnitNorm) {
     auto raw = ctx.embed("The cat sat on the mat.", {.normalize = Normalization::none});
     ASSERT_TRUE(raw);
     for (std::size_t i = 0; i < v->size(); ++i) EXPECT_NEAR((*raw)[i] / norm(*raw), (*v)[i], 1e-4);
+}
+
+// Against llama.cpp itself, not against llamapp's own other path: a wrong pooling, tokenization,
+// sequence packing or normalization that is consistent everywhere would pass the tests above.
+TEST(Embedding, MatchesBareLlamaEmbeddings) {
+    const std::vector<std::string> texts = {"The cat sat on the mat.", "Lily went to the park",
+                                            "a red ball", "Once upon a time there was a big dog"};
+    // model_default is mean for a causal LM such as stories260K, which has no pooling of its own.
+    const std::pair<Pooling, enum llama_pooling_type> modes[] = {
+        {Pooling::model_default, LLAMA_POOLING_TYPE_MEAN},
+        {Pooling::last, LLAMA_POOLING_TYPE_LAST},
+        {Pooling::cls, LLAMA_POOLING_TYPE_CLS}};
+    for (const auto& [pooling, reference_pooling] : modes) {
+        RawEmbedder reference(reference_pooling);
+        // Three texts packed into one batch and the fourth in a second one.
+        Context ctx = embedding_context(pooling, 3);
+        auto batch = ctx.embed_batch(texts);
+        ASSERT_TRUE(batch) << batch.error().describe();
+        ASSERT_EQ(batch->size(), texts.size());
+        for (std::size_t i = 0; i < texts.size(); ++i) {
+            const std::vector<float> expected = reference.embed(texts[i]);
+            EXPECT_LT(max_abs_diff((*batch)[i], expected), 1e-4) << texts[i];
+            auto one = ctx.embed(texts[i]);
+            ASSERT_TRUE(one) << one.error().describe();
+            EXPECT_LT(max_abs_diff(*one, expected), 1e-4) << texts[i];
+        }
+    }
 }
 
 TEST(Embedding, BatchEqualsOneByOne) {
