@@ -180,6 +180,16 @@ TEST(Embedding, WrongContextKindOrInputIsAnError) {
     auto empty = emb.embed("");
     ASSERT_FALSE(empty);
     EXPECT_EQ(empty.error().code, ErrorCode::invalid_argument);
+
+    // llama.cpp's pooling aborts the process on fewer batch tokens than sequences: refused here.
+    ContextOptions o;
+    o.n_ctx = 512;
+    o.embeddings = true;
+    o.n_seq_max = 4;
+    o.n_ubatch = 3;
+    auto small = Context::create(test::stories_model(), o);
+    ASSERT_FALSE(small);
+    EXPECT_EQ(small.error().code, ErrorCode::invalid_argument);
 }
 
 // A reranker (rank pooling, a two-label classifier): each input gives its classifier's softmax,
