@@ -1,6 +1,6 @@
 // The KV store on a failing disk: the real `llamapp serve` with tests/support/fault_fs.c preloaded,
 // whose faults a test switches while the server runs. A full disk loses saves, not requests; a
-// disk that cannot be read costs a recomputation and no entry; a slow disk delays saves, not
+// disk that cannot be read costs a recomputation and no entry; a stuck disk delays saves, not
 // replies.
 #include <gtest/gtest.h>
 
@@ -56,6 +56,8 @@ class FaultyDisk {
         restore_environment(asan, asan_was);
         return server;
     }
+    // Whether a write has waited on "hold" (fault_fs.c marks it).
+    bool held() const { return fs::exists(dir_.path() / "control.held"); }
     std::size_t files(const std::string& ending) const {
         std::size_t n = 0;
         for (const auto& e : fs::directory_iterator(cache()))
@@ -151,11 +153,20 @@ TEST(KvStoreFaults, AnUnreadableEntryIsRecomputedAndKept) {
     EXPECT_GE(metric_of(*server, R"(llamapp_kvstore_hits_total{tier="disk"})"), 1);
 }
 
-TEST(KvStoreFaults, ASlowDiskDelaysSavesNotReplies) {
+// Writes are held, not slowed: a reply that waited for a save would never come while the save
+// is provably stuck in a write, whatever the machine's speed.
+TEST(KvStoreFaults, AStuckDiskDelaysSavesNotReplies) {
     FaultyDisk disk;
-    disk.set("slow 300");
     auto server = disk.serve();
-    for (int i = 0; i < 3; ++i) EXPECT_FALSE(complete(*server, story(i)).empty());
+    disk.set("hold");
+    EXPECT_FALSE(complete(*server, story(0)).empty());
+    // Its save (after the engine idles) is now stuck in a write, its file unpublished.
+    ASSERT_TRUE(eventually([&] { return disk.held(); }, std::chrono::seconds(60)))
+        << "no save reached the disk";
+    for (int i = 1; i < 3; ++i) EXPECT_FALSE(complete(*server, story(i)).empty());
+    EXPECT_EQ(disk.files(".kvc"), 0u) << "a save finished while the disk was held";
+    EXPECT_GE(disk.files(".tmp"), 1u);
+    disk.set("");
     EXPECT_TRUE(eventually([&] { return disk.files(".kvc") >= 3; }, std::chrono::seconds(60)));
     EXPECT_EQ(disk.files(".tmp"), 0u);
 }

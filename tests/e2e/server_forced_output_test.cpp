@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <string>
 
 #include "support/http_helpers.hpp"
@@ -46,8 +47,8 @@ class ForcedOutput : public ::testing::Test {
         delete server_;
         server_ = nullptr;
     }
-    static std::string post(const std::string& path, json body, bool stream) {
-        body["max_tokens"] = 96;
+    static std::string post(const std::string& path, json body, bool stream, int max_tokens = 96) {
+        body["max_tokens"] = max_tokens;
         body["stream"] = stream;
         auto c = server_->client();
         auto r = c.Post(path, body.dump(), "application/json");
@@ -184,9 +185,39 @@ void expect_call(const Outcome& o, const std::string& what) {
     EXPECT_EQ(o.call, "get_weather") << what << ": " << o.reasoning.size() << " chars of thinking";
 }
 
-void expect_object(const Outcome& o, const std::string& what) {
+// A JSON reply's room: the default budget takes a quarter for the thinking, and JSON's grammar
+// lets the rest hold up to ~260 bytes (a dozen places for two newlines and twenty blanks), one
+// token each at worst. With this many tokens the object always closes, so anything short of a
+// whole object is the feature failing, not the limit.
+constexpr int object_tokens = 512;
+
+// Why `value` breaks `schema`, or empty: the types, enums and required keys the schemas here use.
+std::string schema_violation(const json& value, const json& schema, const std::string& at) {
+    const std::string type = schema.value("type", "");
+    if ((type == "object" && !value.is_object()) || (type == "boolean" && !value.is_boolean()) ||
+        (type == "string" && !value.is_string()))
+        return at + " is not a " + type + ": " + value.dump();
+    if (schema.contains("enum") && std::ranges::find(schema["enum"], value) == schema["enum"].end())
+        return at + " is not one of " + schema["enum"].dump();
+    if (type != "object") return {};
+    const json required = schema.value("required", json::array());
+    for (const json& key : required)
+        if (!value.contains(key.get<std::string>())) return at + " lacks " + key.dump();
+    const json properties = schema.value("properties", json::object());
+    for (const auto& [key, property] : properties.items()) {
+        if (!value.contains(key)) continue;
+        if (auto why = schema_violation(value[key], property, at + "." + key); !why.empty())
+            return why;
+    }
+    return {};
+}
+
+// The reply's text is the object itself, whole and valid under the request's schema.
+void expect_object(const Outcome& o, const json& schema, const std::string& what) {
     EXPECT_FALSE(o.reasoning.empty()) << what;
-    EXPECT_TRUE(o.text.find('{') != std::string::npos) << what << ": " << o.text;
+    const json reply = json::parse(o.text, nullptr, false);
+    ASSERT_FALSE(reply.is_discarded()) << what << ": not JSON: " << o.text;
+    EXPECT_EQ(schema_violation(reply, schema, "reply"), "") << what << ": " << o.text;
 }
 
 TEST_F(ForcedOutput, ChatCompletions) {
@@ -203,8 +234,9 @@ TEST_F(ForcedOutput, ChatCompletions) {
             {"messages", user("Is it sunny?")},
             {"response_format",
              {{"type", "json_schema"}, {"json_schema", {{"name", "ok"}, {"schema", ok_schema}}}}}};
-        expect_object(chat_outcome(post("/v1/chat/completions", object, stream), stream),
-                      "object " + mode);
+        expect_object(
+            chat_outcome(post("/v1/chat/completions", object, stream, object_tokens), stream),
+            ok_schema, "object " + mode);
     }
 }
 
@@ -218,8 +250,8 @@ TEST_F(ForcedOutput, AnthropicMessages) {
         expect_call(messages_outcome(post("/v1/messages", call, stream), stream), "call " + mode);
         // llama-server's json_schema field, on this route too.
         json object = {{"messages", user("Is it sunny?")}, {"json_schema", ok_schema}};
-        expect_object(messages_outcome(post("/v1/messages", object, stream), stream),
-                      "object " + mode);
+        expect_object(messages_outcome(post("/v1/messages", object, stream, object_tokens), stream),
+                      ok_schema, "object " + mode);
     }
 }
 
@@ -234,8 +266,9 @@ TEST_F(ForcedOutput, OpenAiResponses) {
             {"input", "Is it sunny?"},
             {"text",
              {{"format", {{"type", "json_schema"}, {"name", "ok"}, {"schema", ok_schema}}}}}};
-        expect_object(responses_outcome(post("/v1/responses", object, stream), stream),
-                      "object " + mode);
+        expect_object(
+            responses_outcome(post("/v1/responses", object, stream, object_tokens), stream),
+            ok_schema, "object " + mode);
     }
 }
 
@@ -256,8 +289,9 @@ TEST_F(ForcedOutput, OllamaChat) {
         json object = {{"model", "qwen3-tiny"},
                        {"messages", user("Is it sunny?")},
                        {"format", ok_schema},
-                       {"options", options}};
-        expect_object(ollama_outcome(post("/api/chat", object, stream), stream), "object " + mode);
+                       {"options", {{"num_predict", object_tokens}}}};
+        expect_object(ollama_outcome(post("/api/chat", object, stream, object_tokens), stream),
+                      ok_schema, "object " + mode);
     }
 }
 

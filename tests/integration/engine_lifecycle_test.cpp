@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <future>
 #include <map>
@@ -455,27 +456,46 @@ TEST(Engine, CancellingARequestAbortsItsDecodeInFlight) {
 TEST(Engine, ShutdownAbortsADecodeServingOneRequest) {
     const Model& m = test::stories_model();
     EngineOptions o = one_big_step(4096);
-    std::promise<void> admitted;
+    o.max_queued_requests = 1;
+    std::promise<void> admitted, released;
+    std::future<void> was_admitted = admitted.get_future();
+    std::shared_future<void> go = released.get_future().share();
+    std::atomic<int> admissions{0};
+    // The decode thread waits as the request is admitted, just before its one 3,000-token decode
+    // (which takes seconds), until the shutdown is under way. Bounded, so that a failed test
+    // cannot hang the engine's destructor.
     o.on_lifecycle = [&](const LifecycleEvent& ev) {
-        if (ev.stage == LifecycleStage::admitted) admitted.set_value();
+        if (ev.stage != LifecycleStage::admitted || admissions++ > 0) return;
+        admitted.set_value();
+        go.wait_for(60s);
     };
     Engine e = engine(o);
+    const double calls = decode_calls(e);
     auto h = e.submit(request(long_prompt(m, 3000), 4));
     ASSERT_TRUE(h);
-    ASSERT_EQ(admitted.get_future().wait_for(std::chrono::seconds(60)), std::future_status::ready);
-    // The request's one 3,000-token decode is now starting (it takes seconds); the shutdown
-    // lands inside it and must not wait for it.
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    const auto started = std::chrono::steady_clock::now();
-    e.shutdown(0ms);
-    const double waited_ms =
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started)
-            .count();
+    ASSERT_EQ(was_admitted.wait_for(60s), std::future_status::ready);
+    // With the queue full, a probe is refused as queue_full until the shutdown begins, then as
+    // shutting_down: the one sign of the shutdown that does not need the decode thread.
+    const auto p = encode(m, kPrompts[0]);
+    auto queued = e.submit(request(p, 4));
+    ASSERT_TRUE(queued);
+    auto shutting_down = [&] {
+        auto r = e.submit(request(p, 4));
+        return !r && r.error().code == ErrorCode::shutting_down;
+    };
+    EXPECT_FALSE(shutting_down());
+    std::thread stopper([&] { e.shutdown(0ms); });
+    const bool began = test::eventually(shutting_down, 60s);
+    released.set_value();  // the decode starts as the shutdown interrupts, and must not finish
+    stopper.join();
+    ASSERT_TRUE(began);
     const auto d = drain(*h);
     EXPECT_EQ(d.completion.generation.finish_reason, FinishReason::cancelled);
     EXPECT_EQ(d.completion.generation.usage.completion_tokens, 0);
+    EXPECT_GE(decode_calls(e) - calls, 1) << "the decode was never started";
     EXPECT_EQ(series_value(e.metrics().prometheus_text(), "llamapp_decoded_tokens_total"), 0)
-        << "the decode ran to its end; shutdown waited " << waited_ms << " ms";
+        << "the decode ran to its end: the shutdown did not abort it";
+    EXPECT_EQ(drain(*queued).completion.generation.finish_reason, FinishReason::cancelled);
 }
 
 TEST(Engine, ADecodeOverItsTimeBudgetIsAbortedAndTheEngineLivesOn) {
@@ -492,26 +512,60 @@ TEST(Engine, ADecodeOverItsTimeBudgetIsAbortedAndTheEngineLivesOn) {
     }
 }
 
-TEST(Engine, ARequestDeadlineAbortsItsDecodeInFlight) {
-    const Model& m = test::stories_model();
+namespace {
+
+// One request whose deadline passes while the decode thread holds it at admission, so that its
+// one 3,000-token decode starts past the deadline: only the abort callback can stop that decode
+// before a token is sampled. False, with nothing checked, when the request was not admitted
+// before its deadline (a loaded machine): it expired in the queue instead.
+bool deadline_aborts_the_decode(const Model& m, std::chrono::milliseconds timeout) {
+    using Clock = std::chrono::steady_clock;
     EngineOptions o = one_big_step(4096);
-    // The deadline passes while the request is being admitted, so its one 3,000-token decode
-    // starts late: only the abort callback can stop it before a token is sampled.
-    o.on_lifecycle = [](const LifecycleEvent& ev) {
-        if (ev.stage == LifecycleStage::admitted)
-            std::this_thread::sleep_for(std::chrono::milliseconds(600));
+    std::promise<Clock::time_point> deadline_known;
+    std::shared_future<Clock::time_point> deadline = deadline_known.get_future().share();
+    std::atomic<bool> admitted{false};
+    o.on_lifecycle = [&](const LifecycleEvent& ev) {
+        if (ev.stage != LifecycleStage::admitted) return;
+        admitted = true;
+        // Waits for the deadline itself, the outcome this needs, not for another thread.
+        if (deadline.wait_for(60s) == std::future_status::ready)
+            std::this_thread::sleep_until(deadline.get());
     };
     Engine e = engine(o);
     EngineRequest r = request(long_prompt(m, 3000), 4);
-    // Long enough that the decode thread reaches admission in time even on a loaded machine.
-    r.options.timeout = std::chrono::milliseconds(500);
-    auto d = drain(*e.submit(r));
+    r.options.timeout = timeout;
+    auto h = e.submit(r);
+    // The engine's deadline is `timeout` after a moment inside submit(): before this.
+    deadline_known.set_value(Clock::now() + timeout + 1ms);
+    if (!h) {
+        ADD_FAILURE() << h.error().describe();
+        return true;
+    }
+    const auto d = drain(*h);
+    if (!admitted) return false;
     const Generation& g = d.completion.generation;
     EXPECT_EQ(g.finish_reason, FinishReason::cancelled);
     EXPECT_EQ(g.usage.completion_tokens, 0);
-    ASSERT_TRUE(g.error);
+    EXPECT_GE(decode_calls(e), 1) << "the decode was never started";
+    EXPECT_EQ(series_value(e.metrics().prometheus_text(), "llamapp_decoded_tokens_total"), 0)
+        << "the decode ran to its end: the deadline did not abort it";
+    if (!g.error) {
+        ADD_FAILURE() << "a deadline is reported as an error";
+        return true;
+    }
     EXPECT_EQ(g.error->code, ErrorCode::timeout);
     EXPECT_EQ(g.error->message, "generation deadline passed");
+    return true;
+}
+
+}  // namespace
+
+TEST(Engine, ARequestDeadlineAbortsItsDecodeInFlight) {
+    const Model& m = test::stories_model();
+    // A longer deadline only when a loaded machine could not admit the request in time.
+    for (const auto timeout : {200ms, 2000ms, 20000ms})
+        if (deadline_aborts_the_decode(m, timeout)) return;
+    FAIL() << "the request was never admitted before its deadline";
 }
 
 TEST(Engine, CancellingOneHandleLeavesRequestsSharingItsOptionsAlone) {

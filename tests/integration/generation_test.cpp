@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cmath>
+#include <future>
 #include <thread>
 
 #include "support/stories.hpp"
@@ -108,15 +109,31 @@ TEST(Generation, CancelFromAnotherThreadStopsAnEndlessRun) {
     Context ctx = test::stories_context(2048);
     GenerateOptions o = greedy(-1);
     o.ignore_eos = true;
-    std::thread canceller([token = o.cancel] {
-        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    constexpr int kCancelAt = 8;
+    // The run pauses at its kCancelAt-th token until another thread has cancelled it, so the
+    // cancel always lands mid-run, however fast the whole context would otherwise fill.
+    std::promise<void> reached, cancelled;
+    std::future<void> run_reached = reached.get_future(), run_cancelled = cancelled.get_future();
+    std::thread canceller([&, token = o.cancel] {
+        run_reached.wait();
         token.cancel();
+        cancelled.set_value();
     });
-    auto r = ctx.generate(kPrompt, o);
+    int seen = 0;
+    auto r = ctx.stream(kPrompt, o, [&](const StreamPiece&) {
+        if (++seen == kCancelAt) {
+            reached.set_value();
+            run_cancelled.wait();
+        }
+        return true;  // only the token stops it
+    });
+    if (seen < kCancelAt) reached.set_value();  // never reached: let the thread end
     canceller.join();
     ASSERT_TRUE(r);
-    EXPECT_TRUE(r->finish_reason == FinishReason::cancelled ||
-                r->finish_reason == FinishReason::length);
+    EXPECT_EQ(r->finish_reason, FinishReason::cancelled);
+    // Noticed at the next step at the latest, far short of the 2,048 the context allows.
+    EXPECT_GE(r->usage.completion_tokens, kCancelAt);
+    EXPECT_LE(r->usage.completion_tokens, kCancelAt + 1);
     // The context is usable afterwards and reuses what was computed.
     auto again = ctx.generate(kPrompt, greedy(5));
     ASSERT_TRUE(again);

@@ -23,23 +23,12 @@ using llamapp::ErrorCode;
 using llamapp::HubOptions;
 using llamapp::HubRef;
 using llamapp::test::FakeHub;
-
-// llama.cpp reads the cache location once per process: one directory for the process, and a
-// repository name of its own per test.
-const fs::path& cache_dir() {
-    static llamapp::test::TempDir dir;
-    static const bool set = [] {
-        ::setenv("LLAMA_CACHE", dir.path().c_str(), 1);
-        return true;
-    }();
-    (void)set;
-    return dir.path();
-}
+using llamapp::test::hub_cache_dir;
 
 class Hub : public ::testing::Test {
   protected:
     void SetUp() override {
-        cache_dir();
+        hub_cache_dir();
         ::setenv("MODEL_ENDPOINT", hub.endpoint().c_str(), 1);
     }
     std::string bytes_of(const fs::path& p) {
@@ -64,7 +53,7 @@ TEST_F(Hub, APullIsVerifiedLoadsAndIsServedFromTheCacheAfterwards) {
     ASSERT_TRUE(pulled) << pulled.error().describe();
     EXPECT_EQ(bytes_of(pulled->path), bytes_of(stories));
     EXPECT_EQ(pulled->bytes_downloaded, fs::file_size(stories));
-    EXPECT_TRUE(pulled->path.string().starts_with(cache_dir().string()));
+    EXPECT_TRUE(pulled->path.string().starts_with(hub_cache_dir().string()));
     ASSERT_FALSE(reports.empty());
     EXPECT_TRUE(reports.back().done);
     EXPECT_EQ(reports.back().file, "stories260K-Q8_0.gguf");
@@ -88,7 +77,9 @@ TEST_F(Hub, APullIsVerifiedLoadsAndIsServedFromTheCacheAfterwards) {
     ASSERT_FALSE(missing);
     EXPECT_EQ(missing.error().code, ErrorCode::not_found);
 
+    // Other tests in this process may have pulled into the same cache: this repository's only.
     auto cached = llamapp::hub_cached_models();
+    std::erase_if(cached, [](const auto& c) { return c.ref.repo != "test/stories"; });
     ASSERT_EQ(cached.size(), 1u);
     EXPECT_EQ(cached[0].ref.to_string(), "test/stories:stories260K-Q8_0.gguf");
     EXPECT_EQ(cached[0].bytes, fs::file_size(stories));
@@ -100,7 +91,7 @@ TEST_F(Hub, WrongBytesAreDeletedAndNothingEntersTheCache) {
     ASSERT_FALSE(r);
     EXPECT_EQ(r.error().code, ErrorCode::checksum_mismatch);
     EXPECT_NE(r.error().message.find(std::string(64, 'a')), std::string::npos);
-    const fs::path repo = cache_dir() / "models--test--corrupt";
+    const fs::path repo = hub_cache_dir() / "models--test--corrupt";
     for (const char* dir : {"blobs", "snapshots"}) {
         if (!fs::exists(repo / dir)) continue;
         for (const auto& e : fs::recursive_directory_iterator(repo / dir))
@@ -127,7 +118,7 @@ TEST_F(Hub, AFileOutsideLfsIsCheckedAgainstItsGitBlobId) {
 
 // The hub is not trusted: the names it gives become paths in the cache only when they are ids.
 TEST_F(Hub, AHostileHubCannotNameAPathOutsideTheCache) {
-    const fs::path outside = cache_dir().parent_path() / "escaped-by-the-hub";
+    const fs::path outside = hub_cache_dir().parent_path() / "escaped-by-the-hub";
     hub.add("test/climb", "m-Q8_0.gguf", "GGUF bytes", "../../../../escaped-by-the-hub");
     auto bad_digest = llamapp::hub_pull(HubRef{"test/climb"}, options);
     ASSERT_FALSE(bad_digest);
@@ -140,7 +131,7 @@ TEST_F(Hub, AHostileHubCannotNameAPathOutsideTheCache) {
     EXPECT_EQ(bad_commit.error().code, ErrorCode::network_error);
     EXPECT_NE(bad_commit.error().message.find("not a hex id"), std::string::npos);
     EXPECT_FALSE(fs::exists(outside));
-    EXPECT_FALSE(fs::exists(cache_dir() / "escaped-by-the-hub"));
+    EXPECT_FALSE(fs::exists(hub_cache_dir() / "escaped-by-the-hub"));
 }
 
 TEST_F(Hub, APullTheDiskCannotHoldIsRefusedBeforeAnyTransfer) {
@@ -162,7 +153,7 @@ TEST_F(Hub, BehindAProxyEveryRequestGoesThroughItAndAPartialFileResumes) {
     const fs::path stories = llamapp::test::shared_model("stories260K.gguf");
     hub.add_file("test/proxied", "stories260K-Q8_0.gguf", stories);
     const std::string bytes = bytes_of(stories);
-    const fs::path blobs = cache_dir() / "models--test--proxied" / "blobs";
+    const fs::path blobs = hub_cache_dir() / "models--test--proxied" / "blobs";
     fs::create_directories(blobs);
     {
         std::ofstream out(blobs / (llamapp::sha256_hex(bytes) + ".downloadInProgress"),
@@ -417,7 +408,7 @@ TEST_F(Hub, AManagerPullsAHubModelOnItsFirstLoadAndFindsItInTheCacheAfterwards) 
     EXPECT_EQ(after->status, llamapp::ModelStatus::ready);
     EXPECT_FALSE(after->downloading);
     EXPECT_EQ(after->architecture, "llama");
-    EXPECT_TRUE(after->path.string().starts_with(cache_dir().string()));
+    EXPECT_TRUE(after->path.string().starts_with(hub_cache_dir().string()));
     EXPECT_EQ(bytes_of(after->path), bytes_of(stories));
     lease.reset();
     manager->reset();

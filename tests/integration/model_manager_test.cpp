@@ -2,10 +2,12 @@
 // keep-alive.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <fstream>
 #include <future>
 
 #include "support/engine_helpers.hpp"
+#include "support/fake_hub.hpp"
 #include "support/temp_dir.hpp"
 
 namespace llamapp::test {
@@ -340,18 +342,32 @@ TEST(ModelManager, ReadsOfAReadyModelDoNotKeepItAwake) {
 }
 
 TEST(ModelManager, RequestsForAModelThatIsLoadingWaitForItWithADeadline) {
+    hub_cache_dir();
+    FakeHub hub;
+    ::setenv("MODEL_ENDPOINT", hub.endpoint().c_str(), 1);
+    hub.add_file("test/waits", "stories260K-Q8_0.gguf", shared_model("stories260K.gguf"));
     auto m = quiet_manager();
-    ASSERT_TRUE(m->add(spec("llama", generated_model("llama-tiny.gguf"))));
-    ASSERT_TRUE(m->load("llama"));
-    auto waited = m->acquire("llama");  // loading or already ready: either way a lease
-    ASSERT_TRUE(waited) << waited.error().describe();
-    EXPECT_FALSE(greedy_text(*waited, "Hi", 4).empty());
-    ASSERT_TRUE(m->add(spec("other", shared_model("stories260K.gguf"))));
-    ASSERT_TRUE(m->load("other"));
-    auto late = m->acquire("other", std::chrono::steady_clock::now());  // already past
-    if (!late) {
-        EXPECT_EQ(late.error().code, ErrorCode::timeout);
-    }
+    ModelSpec s = spec("stories", {});
+    s.hub = HubRef{"test/waits", "", "Q8_0"};
+    s.source = "hub";
+    ASSERT_TRUE(m->add(s));
+    // The load pulls the model first, and the pull's download stops half way until released:
+    // the load is certainly still in flight while the deadline passes.
+    hub.hold_next_transfer();
+    ASSERT_TRUE(m->load("stories"));
+    ASSERT_TRUE(eventually([&] { return hub.transfer_held(); }, 60s));
+    auto late = m->acquire("stories", std::chrono::steady_clock::now() + 50ms);
+    ASSERT_FALSE(late) << "a lease on a model whose load is held";
+    EXPECT_EQ(late.error().code, ErrorCode::timeout);
+    EXPECT_EQ(status_of(*m, "stories"), ModelStatus::loading);
+
+    // Without a deadline a request waits for the load and then has the model.
+    auto waiter = std::async(std::launch::async, [&] { return m->acquire("stories"); });
+    hub.release_transfer();
+    auto lease = waiter.get();
+    ASSERT_TRUE(lease) << lease.error().describe();
+    EXPECT_FALSE(greedy_text(*lease, "Hi", 4).empty());
+    EXPECT_EQ(status_of(*m, "stories"), ModelStatus::ready);
 }
 
 }  // namespace

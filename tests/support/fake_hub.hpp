@@ -15,6 +15,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -27,6 +28,7 @@
 #include <vector>
 
 #include "llamapp/fingerprint.hpp"
+#include "support/temp_dir.hpp"
 
 namespace llamapp::test {
 
@@ -342,5 +344,14 @@ class FakeHub {
     Hold hold_ = Hold::none;
     bool stopping_ = false;  // guarded by hold_mutex_
 };
+
+// llama.cpp reads the hub cache's location once per process: one directory for every test in
+// the process that pulls (LLAMA_CACHE), and a repository name of its own per test.
+inline const std::filesystem::path& hub_cache_dir() {
+    static const TempDir dir;
+    static const bool set = ::setenv("LLAMA_CACHE", dir.path().c_str(), 1) == 0;
+    (void)set;
+    return dir.path();
+}
 
 }  // namespace llamapp::test

@@ -5,6 +5,9 @@
 //   enospc             every write fails with ENOSPC (a full disk)
 //   eio                every read fails with EIO (a bad sector)
 //   slow N             every read and write first waits N ms (a slow disk)
+//   hold               every write waits until the control file says something else (a stuck
+//                      disk); the first to wait creates the file "<control>.held", so a test
+//                      knows a write is stuck rather than guessing with a delay
 // Only open/openat, fopen/fclose, close, write, writev, pwrite, read, pread (and their 64 forms)
 // and fdatasync are wrapped: what the KV store's entry files and the downloads go through.
 #define _GNU_SOURCE
@@ -53,9 +56,8 @@ static void untrack(int fd) {
     if (fd >= 0 && fd < max_fds) faulty[fd] = 0;
 }
 
-// The fault now in force for `fd`: 'n' none, 'w' ENOSPC, 'r' EIO, 's' slow (*ms set).
-static char fault(int fd, long* ms) {
-    if (fd < 0 || fd >= max_fds || !faulty[fd]) return 'n';
+// The fault the control file names: 'n' none, 'w' ENOSPC, 'r' EIO, 's' slow (*ms set), 'h' hold.
+static char control_fault(long* ms) {
     const char* control = getenv("LLAMAPP_FAULT_CONTROL");
     if (!control) return 'n';
     int c = ((open_fn)next("open"))(control, O_RDONLY | O_CLOEXEC);
@@ -70,13 +72,33 @@ static char fault(int fd, long* ms) {
         *ms = strtol(text + 4, NULL, 10);
         return 's';
     }
+    if (strncmp(text, "hold", 4) == 0) return 'h';
     return 'n';
+}
+
+// The fault now in force for `fd`.
+static char fault(int fd, long* ms) {
+    if (fd < 0 || fd >= max_fds || !faulty[fd]) return 'n';
+    return control_fault(ms);
 }
 
 static void pause_ms(long ms) {
     struct timespec t = {ms / 1000, (ms % 1000) * 1000000L};
     while (nanosleep(&t, &t) != 0 && errno == EINTR) {
     }
+}
+
+// Marks that a write is held (for the test to wait on), then waits for the control file to
+// release it. Polling is the injector's business: the test itself waits on the marker.
+static void hold(void) {
+    char held[4096];
+    const char* control = getenv("LLAMAPP_FAULT_CONTROL");
+    if (snprintf(held, sizeof held, "%s.held", control) < (int)sizeof held) {
+        int fd = ((open_fn)next("open"))(held, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+        if (fd >= 0) ((int_fn)next("close"))(fd);
+    }
+    long ms = 0;
+    while (control_fault(&ms) == 'h') pause_ms(1);
 }
 
 // 0 to go on, -1 with errno set to fail the call.
@@ -97,6 +119,9 @@ static int before(int fd, int writing) {
             return 0;
         case 's':
             pause_ms(ms);
+            return 0;
+        case 'h':
+            if (writing) hold();
             return 0;
         default:
             return 0;

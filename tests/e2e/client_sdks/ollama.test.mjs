@@ -269,7 +269,7 @@ test("a multi-turn chat", async () => {
   assert.ok(r.prompt_eval_count > 0);
 });
 
-test("generate: whole and streamed give the same text; system and raw are accepted", async () => {
+test("generate: whole and streamed give the same text; system is accepted", async () => {
   const request = (extra = {}) => ({
     model,
     prompt: "Once upon a time",
@@ -291,15 +291,31 @@ test("generate: whole and streamed give the same text; system and raw are accept
   assert.equal(parts.at(-1).done, true);
   assert.equal(parts.at(-1).eval_count, 8);
   assert.equal(parts.map((p) => p.response).join(""), whole.response);
+});
 
-  const raw = await client.generate({
-    model,
-    prompt: "Once upon a time",
-    raw: true,
-    options: { ...greedy, num_predict: 4 },
+// The prompt's own tokens, as a completion's first part is encoded (BOS where the model adds one).
+async function promptTokens(content) {
+  const res = await fetch(`${base}/tokenize`, {
+    method: "POST",
+    headers: { "Content-Type": "application/json" },
+    body: JSON.stringify({ model, content, add_special: true }),
   });
+  assert.equal(res.status, 200);
+  return (await res.json()).tokens.length;
+}
+
+test("generate: raw skips the chat template", async () => {
+  // A prompt no other request starts with, so that no cached prefix lowers prompt_eval_count.
+  const prompt = "Violet lanterns hummed over the quiet harbour";
+  const request = (raw) => ({ model, prompt, raw, think: false, options: { ...greedy, num_predict: 4 } });
+  const raw = await client.generate(request(true));
   assert.equal(raw.eval_count, 4);
   assert.equal(typeof raw.response, "string");
+  // Exactly the prompt: a template's markers would add tokens.
+  assert.equal(raw.prompt_eval_count, await promptTokens(prompt));
+  const templated = await client.generate(request(false));
+  assert.ok(templated.prompt_eval_count > raw.prompt_eval_count,
+            `templated ${templated.prompt_eval_count} <= raw ${raw.prompt_eval_count}`);
 });
 
 test("embed: one unit vector per input, all of one length", async () => {
