@@ -25,11 +25,11 @@ ln -s "$build/models/llama-tiny.gguf" "$dir/models/second.gguf"
 port=18411
 "$build/bin/llamapp" serve -m "$build/models/qwen3-tiny.gguf" --models-dir "$dir/models" \
   --cache-disk "$dir/cache" --slot-save-path "$dir/slots" --parallel 2 -c 2048 -t "$threads" \
-  --port "$port" 2>"$dir/server.log" &
+  --max-body-bytes 1048576 --port "$port" 2>"$dir/server.log" &
 pid=$!
 for _ in $(seq 1 600); do
   curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break
   sleep 0.1
 done
 python3 "$root/bench/soak.py" --port "$port" --pid "$pid" --log "$dir/server.log" \
-  --minutes "$minutes" --workers "$workers" --second-model second
+  --minutes "$minutes" --workers "$workers" --second-model second --max-body-bytes 1048576

@@ -122,7 +122,7 @@ class Soak:
         self.note("malformed", status < 500, f"{status} {data[:200]!r}")
 
     def raw_abuse(self, rng):
-        choice = rng.randrange(3)
+        choice = rng.randrange(7)
         s = socket.create_connection(("127.0.0.1", self.args.port), timeout=60)
         if choice == 0:
             n = rng.randrange(2, 6)
@@ -135,7 +135,7 @@ class Soak:
                     break
                 got += part
             self.note("pipelined", got.count(b"HTTP/1.1 200") == n, got[:200])
-        else:
+        elif choice <= 2:
             self.count_sent()
             if choice == 1:
                 s.sendall(b"GET /" + b"a" * 20000 + b" HTTP/1.1\r\nHost: localhost\r\n\r\n")
@@ -143,7 +143,46 @@ class Soak:
                 s.sendall(b"GET /health HTTP/1.1\r\nHost: localhost\r\nX: " + b"b" * 10000 + b"\r\n\r\n")
             got = s.recv(200)
             self.note("oversized_head", got.startswith(b"HTTP/1.1 4"), got[:100])
+        else:
+            self.refused_before_body(s, choice)
         s.close()
+
+    # Requests the server must refuse from their head, at once: a 50 MB upload announced (with or
+    # without Expect: 100-continue, which must not be answered 100), a chunked body over the
+    # limit, and a head whose lines end in a bare LF.
+    def refused_before_body(self, s, choice):
+        self.count_sent()
+        head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+        if choice == 3:
+            s.sendall(head + b"Content-Length: 52428800\r\nExpect: 100-continue\r\n\r\n")
+            kind, want = "announced_too_large", b"HTTP/1.1 413"
+        elif choice == 4:
+            s.sendall(head + b"Content-Length: 52428800\r\n\r\n")
+            kind, want = "announced_too_large", b"HTTP/1.1 413"
+        elif choice == 5:
+            kind, want = "chunked_too_large", b"HTTP/1.1 413"
+            chunk = b"10000\r\n" + b"x" * 0x10000 + b"\r\n"
+            try:
+                s.sendall(head + b"Transfer-Encoding: chunked\r\n\r\n")
+                for _ in range(self.args.max_body_bytes // 0x10000 + 2):
+                    s.sendall(chunk)
+            except OSError:
+                pass  # the server answered and closed before the whole upload: read its answer
+        else:
+            s.sendall(b"GET /health HTTP/1.1\nHost: localhost\n\n")
+            kind, want = "bare_line_feed", b"HTTP/1.1 400"
+        try:
+            got = s.recv(200)
+        except OSError as e:
+            got = repr(e).encode()
+        self.note(kind, got.startswith(want), got[:100])
+
+    # An alias must be a plain name: a path or a hub reference is refused, and never served.
+    def squat(self, rng):
+        destination = rng.choice(["../../etc/passwd", "owner/repo:/etc/passwd", "hf.co/evil/model:Q4_0",
+                                  "evil/model:Q4_0"])
+        status, data = self.post("/api/copy", {"source": "second", "destination": destination})
+        self.note("copy_squat", status == 400, f"{status} {data[:200]!r}")
 
     def cache(self, rng):
         action = rng.choice(["save", "restore", "prune"])
@@ -168,7 +207,7 @@ class Soak:
     def worker(self, seed, until):
         rng = random.Random(seed)
         actions = [(self.chat, 30), (self.cancel, 15), (self.session, 10), (self.malformed, 20),
-                   (self.raw_abuse, 10), (self.cache, 8), (self.models, 7)]
+                   (self.raw_abuse, 10), (self.squat, 2), (self.cache, 8), (self.models, 7)]
         population = [a for a, w in actions for _ in range(w)]
         while time.time() < until:
             action = rng.choice(population)
@@ -197,6 +236,7 @@ def main():
     ap.add_argument("--minutes", type=float, default=20)
     ap.add_argument("--workers", type=int, default=6)
     ap.add_argument("--second-model", default="")
+    ap.add_argument("--max-body-bytes", type=int, default=1 << 20, help="the server's --max-body-bytes")
     args = ap.parse_args()
     soak = Soak(args)
     # Lines already in the log (the start-up's health checks) are not the soak's.
@@ -227,7 +267,10 @@ def main():
     rss_end = statistics.median(s[0] for s in samples[-quarter:])
     fd_start = statistics.median(s[1] for s in samples[:quarter])
     fd_end = statistics.median(s[1] for s in samples[-quarter:])
-    five_xx = sum(1 for line in open(args.log, errors="replace") if "] http " in line and " status=5" in line)
+    # The start-up's health checks may have met a 503 while the model loaded: not the soak's.
+    with open(args.log, errors="replace") as f:
+        http_lines = [line for line in f if "] http " in line][before:]
+    five_xx = sum(1 for line in http_lines if " status=5" in line)
     checks = {
         "no_failures": not soak.failures,
         "recovered": final_status == 200,
