@@ -88,7 +88,8 @@ TEST_F(OllamaApi, ACopyIsAPlainNameAndAPullNeverTakesAnotherModelForTheHubs) {
     }
     auto listed = server_->client().Get("/api/tags");
     ASSERT_TRUE(listed);
-    for (const json& m : json::parse(listed->body)["models"]) {
+    const json tags = json::parse(listed->body);  // a range-for would not keep a temporary alive
+    for (const json& m : tags["models"]) {
         const std::string name = m["name"];
         EXPECT_TRUE(name.find("passwd") == std::string::npos &&
                     name.find("evil") == std::string::npos && !name.starts_with("model.gguf"))
