@@ -8,23 +8,11 @@
 #include <cctype>
 
 #include "llamapp/fingerprint.hpp"
+#include "server/http/header_text.hpp"
 
 namespace llamapp::detail {
 
 namespace {
-
-std::string lower(std::string_view s) {
-    std::string out(s);
-    std::transform(out.begin(), out.end(), out.begin(),
-                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-    return out;
-}
-
-std::string_view trim(std::string_view s) {
-    while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-    while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
-    return s;
-}
 
 // The name of a Host value ("name:port", "[v6]:port").
 std::string_view host_name(std::string_view host) {
@@ -43,7 +31,8 @@ bool has_body(const httplib::Request& req) {
 // JSON, under any of its names: application/json or a structured type like
 // application/merge-patch+json, with any parameters.
 bool json_type(std::string_view content_type) {
-    const std::string type = lower(trim(content_type.substr(0, content_type.find(';'))));
+    const std::string type =
+        lower_case(trim_blanks(content_type.substr(0, content_type.find(';'))));
     return type == "application/json" ||
            (type.starts_with("application/") && type.ends_with("+json"));
 }
@@ -53,7 +42,7 @@ bool same_origin(const httplib::Request& req) {
     const std::string origin = req.get_header_value("Origin");
     const std::size_t scheme_end = origin.find("://");
     return scheme_end != std::string::npos &&
-           lower(origin.substr(scheme_end + 3)) == lower(req.get_header_value("Host"));
+           lower_case(origin.substr(scheme_end + 3)) == lower_case(req.get_header_value("Host"));
 }
 
 }  // namespace
@@ -66,13 +55,13 @@ std::vector<std::string> key_digests(const std::vector<std::string>& keys) {
         const bool hashed = key.starts_with("sha256:") && hex.size() == 64 &&
                             hex.find_first_not_of("0123456789abcdefABCDEF") == std::string::npos;
         std::string digest = hashed ? std::string(hex) : sha256_hex(key);
-        out.push_back(lower(digest));
+        out.push_back(lower_case(digest));
     }
     return out;
 }
 
 bool loopback_name(std::string_view host) {
-    const std::string name = lower(host);
+    const std::string name = lower_case(host);
     if (name == "localhost" || name.ends_with(".localhost") || name == "::1" || name == "[::1]")
         return true;
     in_addr v4{};
@@ -80,13 +69,13 @@ bool loopback_name(std::string_view host) {
 }
 
 std::string bearer_token(std::string_view authorization) {
-    authorization = trim(authorization);
+    authorization = trim_blanks(authorization);
     constexpr std::string_view scheme = "bearer";
     if (authorization.size() <= scheme.size() ||
-        lower(authorization.substr(0, scheme.size())) != scheme ||
+        lower_case(authorization.substr(0, scheme.size())) != scheme ||
         (authorization[scheme.size()] != ' ' && authorization[scheme.size()] != '\t'))
         return {};
-    return std::string(trim(authorization.substr(scheme.size())));
+    return std::string(trim_blanks(authorization.substr(scheme.size())));
 }
 
 bool operator_route(const std::string& method, const std::string& path) {
@@ -101,7 +90,7 @@ std::vector<std::string> listen_addresses(const std::string& host) {
     std::size_t from = 0;
     while (from <= host.size()) {
         const std::size_t comma = std::min(host.find(',', from), host.size());
-        const std::string_view one = trim(std::string_view(host).substr(from, comma - from));
+        const std::string_view one = trim_blanks(std::string_view(host).substr(from, comma - from));
         if (!one.empty()) out.emplace_back(one);
         from = comma + 1;
     }
@@ -144,10 +133,10 @@ std::optional<HttpError> AccessPolicy::refuse(const httplib::Request& req) const
 // loopback as its own origin, but its requests still name evil.example as the Host.
 std::optional<HttpError> AccessPolicy::refuse_host(const httplib::Request& req) const {
     if (!check_host_ || !req.has_header("Host")) return std::nullopt;  // HTTP/1.0 sends none
-    const std::string name = lower(host_name(req.get_header_value("Host")));
+    const std::string name = lower_case(host_name(req.get_header_value("Host")));
     if (loopback_name(name)) return std::nullopt;
     for (const std::string& allowed : options_.allowed_hosts)
-        if (lower(allowed) == name) return std::nullopt;
+        if (lower_case(allowed) == name) return std::nullopt;
     return protocol_error(403, "host_not_allowed",
                           fmt::format("a server on a loopback address answers only to loopback "
                                       "names, not Host \"{}\"; allow it with --allowed-hosts",

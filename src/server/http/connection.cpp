@@ -8,12 +8,13 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cctype>
 #include <cerrno>
 #include <charconv>
 #include <cstring>
 #include <optional>
 #include <string>
+
+#include "server/http/header_text.hpp"
 
 namespace llamapp::detail {
 
@@ -244,19 +245,6 @@ int refusal_status(ConnectionStream::Head head) {
     }
 }
 
-bool same_letters(std::string_view a, std::string_view b) {
-    return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
-               return std::tolower(static_cast<unsigned char>(x)) ==
-                      std::tolower(static_cast<unsigned char>(y));
-           });
-}
-
-std::string_view trimmed(std::string_view s) {
-    while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-    while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
-    return s;
-}
-
 // Half-closes, then reads what the peer still sends for a moment: closing with unread bytes
 // makes the kernel send a reset, which can destroy the answer just written before it is read.
 void close_gracefully(socket_t sock) {
@@ -315,9 +303,9 @@ std::optional<std::uint64_t> announced_length(std::string_view head) {
         if (line.empty()) break;
         const std::size_t colon = line.find(':');
         if (colon == std::string_view::npos ||
-            !same_letters(line.substr(0, colon), "content-length"))
+            lower_case(line.substr(0, colon)) != "content-length")
             continue;
-        const std::string_view digits = trimmed(line.substr(colon + 1));
+        const std::string_view digits = trim_blanks(line.substr(colon + 1));
         std::uint64_t value = 0;
         const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), value);
         if (ec != std::errc{} || end != digits.data() + digits.size() ||
