@@ -59,7 +59,7 @@ EngineRequest greedy_request(std::vector<Token> prompt, int max_tokens) {
 Engine make_engine(const Model& model, const Common& c, int slots, int n_ctx, bool reuse,
                    bool unified = true) {
     EngineOptions o;
-    o.unified_kv = unified;
+    o.kv_layout = unified ? EngineOptions::KvLayout::unified : EngineOptions::KvLayout::per_slot;
     o.context.flash_attn = c.fa();
     o.context.n_ctx = n_ctx;
     o.context.n_seq_max = slots;
@@ -327,8 +327,10 @@ int run_overhead(const Common& c, const Model& model, int npp, int ntg, int reps
 // then on a new engine (so no live sequence serves it) from the store's RAM tier. `restart`: a
 // new process times the same prompt from the disk tier. The script runs both, several rounds.
 int run_kvstore(const Common& c, const Model& model, const std::string& dir,
-                const std::string& phase, int prompt_tokens, unsigned seed) {
+                const std::string& phase, int prompt_tokens, int min_tokens, unsigned seed) {
     KvStoreOptions so;
+    so.policy.min_tokens = min_tokens;
+    so.policy.min_restore_tokens = std::min(so.policy.min_restore_tokens, min_tokens);
     so.directories.push_back({"disk", dir, 0});
     auto store = KvStore::open(so);
     if (!store) throw std::runtime_error(store.error().describe());
@@ -423,6 +425,8 @@ int main(int argc, char** argv) {
     kv->add_option("--cache-disk", kv_dir, "the disk tier's directory")->required();
     kv->add_option("--phase", phase)->check(CLI::IsMember({"first", "restart"}));
     kv->add_option("--prompt-tokens", kv_tokens)->capture_default_str();
+    int kv_min_tokens = SavePolicy{}.min_tokens;
+    kv->add_option("--min-tokens", kv_min_tokens, "SavePolicy::min_tokens")->capture_default_str();
     kv->add_option("--seed", kv_seed)->capture_default_str();
     CLI11_PARSE(app, argc, argv);
 
@@ -433,7 +437,7 @@ int main(int argc, char** argv) {
         return 1;
     }
     try {
-        if (*kv) return run_kvstore(c, *model, kv_dir, phase, kv_tokens, kv_seed);
+        if (*kv) return run_kvstore(c, *model, kv_dir, phase, kv_tokens, kv_min_tokens, kv_seed);
         if (*tp) return run_throughput(c, *model, exe, npl, npp, ntg, n_ctx, !split);
         if (*mt)
             return run_multiturn(c, *model, slots, conversations, turns, system_len, user_len,

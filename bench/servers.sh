@@ -19,7 +19,7 @@ server_start() {
     "$build/bin/llamapp" serve -m "$model" -t "$threads" -c "$ctx" --parallel "$slots" \
       --port "$port" --log-level none "$@" 2>>"$results.log" &
   else
-    "$build/bin/llama-server" -m "$model" -t "$threads" -c "$ctx" -np "$slots" -kvu \
+    "$build/bin/llama-server" -m "$model" -t "$threads" -c "$ctx" -np "$slots" \
       --port "$port" --no-webui "$@" >/dev/null 2>&1 &
   fi
   pid=$!

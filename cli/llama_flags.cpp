@@ -123,6 +123,14 @@ CLI::Option* add_llama_switch(CLI::App& app, std::string_view flag, bool& value,
     return o;
 }
 
+CLI::Option* add_llama_switch(CLI::App& app, std::string_view flag, int& value, std::string help) {
+    // The last occurrence wins, as for the bool switches (CLI11 would sum an int flag's).
+    CLI::Option* o = app.add_flag(llama_names(flag, true), value, std::move(help))
+                         ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+    if (const std::string env = llama_env(flag); !env.empty()) o->envname(env);
+    return o;
+}
+
 CLI::Option* add_reasoning_option(CLI::App& app, std::string& value, std::string help) {
     return add_llama_option(app, "--reasoning", value, std::move(help))
         ->transform(CLI::Transformer({{"true", "on"},

@@ -33,6 +33,9 @@ CLI::Option* add_llama_option(CLI::App& app, std::string_view flag, T& value, st
 
 // A switch with its negation (--jinja and --no-jinja).
 CLI::Option* add_llama_switch(CLI::App& app, std::string_view flag, bool& value, std::string help);
+// The same for a switch whose absence means "let llamapp choose": 1 when the flag is given, -1
+// for its negation (or a false environment value), 0 when neither is.
+CLI::Option* add_llama_switch(CLI::App& app, std::string_view flag, int& value, std::string help);
 
 // --reasoning (-rea): on, off or auto, with llama.cpp's other spellings of on and off.
 CLI::Option* add_reasoning_option(CLI::App& app, std::string& value, std::string help);

@@ -69,9 +69,9 @@ void add_model_flags(CLI::App& cmd, ServeFlags& flags) {
                      "continue a chat's last message when it is the assistant's (default; "
                      "--no-prefill-assistant: answer it with a turn of its own)");
     add_llama_switch(cmd, "--kv-unified", flags.kv_unified,
-                     "slots share one KV cache, and a request may use all of -c (default; "
-                     "--no-kv-unified gives each slot -c / --parallel, as llama-server does "
-                     "when --parallel is set)");
+                     "slots share one KV cache, and a request may use all of -c; "
+                     "--no-kv-unified gives each slot -c / --parallel (faster with many busy "
+                     "slots). Default: shared up to 4 slots, per slot above");
     cmd.add_flag("--deterministic", flags.deterministic,
                  "same request, same bits: one at a time, no prefix reuse, no drafts");
     cmd.add_option("--max-queue", flags.max_queue, "requests waiting for a slot before 429")
@@ -129,7 +129,9 @@ Result<ModelSpec> model_defaults(const ServeFlags& flags) {
     s.engine.context = *context;
     // -c is the whole cache, as in llama-server; on the unified cache any slot may use all.
     s.engine.context.n_seq_max = flags.slots < 0 ? 4 : flags.slots;
-    s.engine.unified_kv = flags.kv_unified;
+    s.engine.kv_layout = flags.kv_unified > 0   ? EngineOptions::KvLayout::unified
+                         : flags.kv_unified < 0 ? EngineOptions::KvLayout::per_slot
+                                                : EngineOptions::KvLayout::automatic;
     s.engine.deterministic = flags.deterministic;
     s.engine.max_queued_requests = flags.max_queue;
     s.engine.min_prefill_rows = flags.min_prefill_rows;

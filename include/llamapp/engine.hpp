@@ -35,11 +35,20 @@ struct LifecycleEvent {
 struct EngineOptions {
     // The context all requests share; n_seq_max is the number of slots (parallel sequences).
     ContextOptions context = default_context();
-    // One KV cache for all slots (overrides context.kv_unified): any slot may use all of n_ctx
-    // and prefixes are shared between slots without copying data. On a CPU every decode then
-    // attends over the cells all slots hold; with false each slot gets n_ctx / n_seq_max cells
-    // of its own, attention stays per slot, and adopting another slot's prefix copies its cells.
-    bool unified_kv = true;
+    // How the slots hold their KV cells (overrides context.kv_unified). `unified`: one cache for
+    // all slots; any slot may use all of n_ctx and prefixes are shared between slots without
+    // copying data, but on a CPU every decode attends over the cells all slots hold, which grows
+    // with the number of busy slots (16 busy slots: about 15% of throughput). `per_slot`: each
+    // slot gets n_ctx / slots cells of its own, attention stays within them, and adopting another
+    // slot's prefix copies its cells. `automatic`: unified up to `max_unified_slots` slots, where
+    // its cost is within noise, per slot above (figures: docs/performance.md).
+    enum class KvLayout { automatic, unified, per_slot };
+    KvLayout kv_layout = KvLayout::automatic;
+    static constexpr int max_unified_slots = 4;
+    bool unified_kv() const {
+        return kv_layout == KvLayout::automatic ? slots() <= max_unified_slots
+                                                : kv_layout == KvLayout::unified;
+    }
     // Every request computed as it would be alone on a fresh engine, so that the same request
     // (greedy, or sampled with a seed) gives the same tokens bit for bit on every run: one slot,
     // no prefix reuse (live or from the KV store) and no drafts. Otherwise a reply can change

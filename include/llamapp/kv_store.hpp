@@ -25,8 +25,9 @@ struct SavePolicy {
     bool on_prefill = true;   // a long prompt computed from scratch, at its prefill boundary
     bool on_evict = true;     // an idle sequence whose cells the engine is about to reuse
     bool on_shutdown = true;  // every cached sequence when the engine stops
-    // Shorter sequences are not saved: recomputing them costs less than the I/O.
-    int min_tokens = 256;
+    // Shorter sequences are not saved: recomputing them costs less than the I/O. From 32 tokens
+    // a RAM-tier restore took a fifth of the prefill on a CPU (docs/performance.md).
+    int min_tokens = 32;
     // A prompt is saved at its prefill boundary when at least this many of its tokens were
     // computed from scratch; the boundary is `boundary_trim_tokens` before the prompt's end,
     // rounded down to a multiple of `boundary_align_tokens`, so that a re-rendered or extended

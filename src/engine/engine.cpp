@@ -77,7 +77,7 @@ Result<Engine> Engine::create(const Model& model, EngineOptions options) {
         options.prefix_reuse = false;
         options.draft_tokens = 0;
     }
-    options.context.kv_unified = options.unified_kv;
+    options.context.kv_unified = options.unified_kv();
     auto context = Context::create(model, options.context);
     if (!context) return std::unexpected(context.error());
     if (!detail::context_state(*context).sequences.exists()) {

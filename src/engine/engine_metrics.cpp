@@ -40,6 +40,13 @@ Result<EngineMetrics> EngineMetrics::create(std::shared_ptr<MetricsRegistry> reg
     keep(r.counter("llamapp_decoded_tokens_total", "Tokens (batch rows) sent to llama_decode",
                    labels),
          m.decoded_tokens);
+    keep(r.counter("llamapp_step_seconds_total",
+                   "Decode thread time spent in scheduling steps (planning, decoding, sampling, "
+                   "delivering)",
+                   labels),
+         m.step_seconds);
+    keep(r.counter("llamapp_decode_seconds_total", "Time spent inside llama_decode", labels),
+         m.decode_seconds);
     keep(r.counter("llamapp_kv_pressure_total", "Decode calls that found no room in the KV cache",
                    labels),
          m.kv_pressure);

@@ -67,6 +67,10 @@ struct EngineMetrics {
     Counter* generated_tokens = nullptr;
     Counter* decode_calls = nullptr;
     Counter* decoded_tokens = nullptr;  // batch rows; divided by decode_calls = mean batch size
+    // Decode thread time: whole steps, and the part of them inside llama_decode; the rest is
+    // planning, sampling, detokenizing and handing pieces to the callers.
+    Counter* step_seconds = nullptr;
+    Counter* decode_seconds = nullptr;
     Counter* kv_pressure = nullptr;     // llama_decode found no room
     Counter* preempted = nullptr;       // running requests that gave their cells up for a while
     Counter* draft_tokens = nullptr;    // EngineOptions::draft_tokens: proposed and decoded

@@ -28,6 +28,12 @@ Executor::Executor(ContextState& state, Scheduler& scheduler, SlotTable& slots,
       batch_(state.n_batch()) {}
 
 void Executor::step(std::size_t queue_depth) {
+    const auto start = Clock::now();
+    run_step(queue_depth);
+    metrics_.step_seconds->inc(seconds(Clock::now() - start));
+}
+
+void Executor::run_step(std::size_t queue_depth) {
     resume_preempted();
     plan_rows(queue_depth);
     if (rows_.empty()) return;
@@ -106,7 +112,9 @@ void Executor::process_rows(std::size_t begin, std::size_t end) {
         owner_token = &owner.channel->cancel;
         deadline = owner.deadline;
     }
+    const auto start = Clock::now();
     auto ok = state_.decode(batch_.batch, owner_token, deadline, &stop_decoding_);
+    metrics_.decode_seconds->inc(seconds(Clock::now() - start));
     metrics_.decode_calls->inc();
     metrics_.llama_server.count_decode(slots_.busy());
     if (ok) {

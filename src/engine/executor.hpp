@@ -31,6 +31,7 @@ class Executor {
     void interrupt() { stop_decoding_.cancel(); }
 
   private:
+    void run_step(std::size_t queue_depth);
     std::span<const StreamView> stream_views();
     void plan_rows(std::size_t queue_depth);
     void process_rows(std::size_t begin, std::size_t end);

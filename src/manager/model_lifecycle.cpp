@@ -34,7 +34,7 @@ EmbedderOptions embedder_options(std::int64_t n_ctx_seq, const ContextOptions& e
 
 std::int64_t n_ctx_seq(const EngineOptions& o) {
     const std::int64_t n = o.context.n_ctx;
-    return o.unified_kv || n == 0 ? n : n / std::max<std::int64_t>(1, o.context.n_seq_max);
+    return o.unified_kv() || n == 0 ? n : n / std::max<std::int64_t>(1, o.context.n_seq_max);
 }
 
 bool resident(ModelStatus s) {
@@ -51,7 +51,7 @@ bool embeds_from_load(const ModelEntry& e) {
 // are shared).
 Result<Footprint> estimate(const ModelEntry& e) {
     ContextOptions context = e.spec.engine.context;
-    context.kv_unified = e.spec.engine.unified_kv;
+    context.kv_unified = e.spec.engine.unified_kv();
     auto f = estimate_footprint(e.spec.path, e.spec.model, context);
     if (!f) return f;
     if (!embeds_from_load(e)) return f;

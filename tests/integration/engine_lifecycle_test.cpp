@@ -334,6 +334,9 @@ TEST(Engine, MetricsCountWhatHappened) {
     EXPECT_GE(series_value(text, "llamapp_generated_tokens_total"), 16);
     EXPECT_GE(series_value(text, "llamapp_decoded_tokens_total"), n + 1);
     EXPECT_GT(series_value(text, "llamapp_decode_calls_total"), 0);
+    EXPECT_GT(series_value(text, "llamapp_decode_seconds_total"), 0);
+    EXPECT_GE(series_value(text, "llamapp_step_seconds_total"),
+              series_value(text, "llamapp_decode_seconds_total"));
     // Every successful call is observed; the timed request's last call may have been aborted.
     EXPECT_GE(series_value(text, "llamapp_batch_size_tokens_count"),
               series_value(text, "llamapp_decode_calls_total") - 1);

@@ -286,10 +286,25 @@ TEST(Engine, SubmitAllIsAllOrNothing) {
     for (auto& h : *ok) EXPECT_EQ(drain(h).completion.generation.usage.completion_tokens, 4);
 }
 
+TEST(Engine, TheAutomaticKvLayoutSharesOneCacheUpToFourSlotsAndSplitsItAbove) {
+    // Unified: every slot may use all of n_ctx; per slot: n_ctx / slots each.
+    using Layout = EngineOptions::KvLayout;
+    for (const auto& [slots, layout, unified] :
+         {std::tuple{4, Layout::automatic, true}, std::tuple{8, Layout::automatic, false},
+          std::tuple{8, Layout::unified, true}, std::tuple{2, Layout::per_slot, false}}) {
+        EngineOptions o = options(slots, 2048);
+        o.kv_layout = layout;
+        EXPECT_EQ(o.unified_kv(), unified) << slots;
+        Engine e = engine(o);
+        EXPECT_EQ(e.n_ctx(), unified ? 2048 : 2048 / slots) << slots;
+        EXPECT_EQ(e.reuse_modes().copy_prefix, unified) << slots;
+    }
+}
+
 TEST(Engine, SplitKvCacheCopiesPrefixesAndKeepsOutputs) {
     const Model& m = test::stories_model();
     EngineOptions o = options(2, 1024);
-    o.unified_kv = false;  // 512 cells per slot
+    o.kv_layout = EngineOptions::KvLayout::per_slot;  // 512 cells per slot
     Engine e = engine(o);
     EXPECT_FALSE(e.reuse_modes().copy_prefix);
     EXPECT_TRUE(e.reuse_modes().copy_whole);

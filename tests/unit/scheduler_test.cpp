@@ -523,6 +523,7 @@ TEST(Scheduler, ALongColdPromptIsSavedAtAnAlignedBoundaryOrWholeWhereAnyPrefixRe
 TEST(Scheduler, ASequenceAboutToBeDroppedIsSavedOnlyWhenItsLostTailIsWorthACopy) {
     SavePolicy no_evict;
     no_evict.on_evict = false;
+    const std::size_t least = static_cast<std::size_t>(SavePolicy{}.min_tokens);
     struct Case {
         SchedulerOptions o;
         std::size_t cached, kept;
@@ -530,12 +531,12 @@ TEST(Scheduler, ASequenceAboutToBeDroppedIsSavedOnlyWhenItsLostTailIsWorthACopy)
         std::optional<SaveReason> expected;
     };
     const std::vector<Case> cases = {
-        {options(), 2000, 0, true, std::nullopt},               // no store
-        {saving(false), 2000, 0, false, SaveReason::evict},     // all of it goes
-        {saving(false), 2000, 0, true, SaveReason::finish},     // its finish save was deferred
-        {saving(false), 2000, 2000, true, std::nullopt},        // nothing is lost
-        {saving(false), 2000, 1800, false, std::nullopt},       // a 200-token tail: recompute
-        {saving(false), 2000, 1744, false, SaveReason::evict},  // a 256-token tail
+        {options(), 2000, 0, true, std::nullopt},            // no store
+        {saving(false), 2000, 0, false, SaveReason::evict},  // all of it goes
+        {saving(false), 2000, 0, true, SaveReason::finish},  // its finish save was deferred
+        {saving(false), 2000, 2000, true, std::nullopt},     // nothing is lost
+        {saving(false), 2000, 2000 - least + 1, false, std::nullopt},   // a shorter tail: recompute
+        {saving(false), 2000, 2000 - least, false, SaveReason::evict},  // SavePolicy::min_tokens
         {saving(false, no_evict), 2000, 0, false, std::nullopt},
         {saving(false, no_evict), 2000, 0, true, SaveReason::finish},
     };
