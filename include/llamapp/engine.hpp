@@ -70,7 +70,8 @@ struct EngineOptions {
     // tile that mixes streams' next tokens with a prompt's rows attends to all of their
     // sequences, so one llama_decode holding both sweeps nearly the whole unified cache; with
     // this on, a step decodes the streams' tokens and the prompt chunks in two calls (figures:
-    // docs/performance.md). Ignored where min_prefill_rows is.
+    // docs/performance.md). Ignored where min_prefill_rows is, and with a cache per slot, where
+    // each sequence attends to its own cells only.
     bool separate_prompt_rows = true;
     // Prompt-lookup speculation. When the last `draft_match` tokens of a decoding sequence
     // occurred earlier in it (prompt or reply), up to `draft_tokens` of the tokens that followed
@@ -86,7 +87,8 @@ struct EngineOptions {
     // Drafts ride along only while the streams' decode call holds at most this many rows
     // (streams + drafts): on a CPU a decode's cost grows with its rows, so drafting pays for one
     // or two streams and loses once several streams fill the batch; a GPU can take far more
-    // (docs/performance.md).
+    // (docs/performance.md). With a cache per slot (kv_layout), only a stream decoding alone
+    // drafts: llama.cpp would give a lead and its drafts beside other streams a pass of its own.
     int draft_batch_rows = 4;
     std::shared_ptr<BatchStrategy> strategy;  // null = decode_maximal()
     bool prefix_reuse = true;                 // live prefix reuse and cross-slot adoption

@@ -32,6 +32,7 @@ class SequenceMemory {
 
     // False for a model without a KV cache or recurrent state (it cannot generate).
     bool exists() const { return memory_ != nullptr; }
+    bool unified() const { return unified_; }
 
     // The tokens `seq` holds, in position order.
     std::span<const Token> tokens(int seq) const { return held_[index(seq)]; }

@@ -30,11 +30,14 @@ SchedulerOptions scheduler_options(const EngineOptions& options, const ReuseMode
     // The slow path is the CPU backend's flash attention; GPUs and plain attention differ.
     const bool cpu_fa = cpu_flash_attention(options);
     s.prefill_rows = cpu_fa ? static_cast<std::size_t>(std::max(0, options.min_prefill_rows)) : 0;
-    s.separate_prompt_rows = cpu_fa && options.separate_prompt_rows;
+    // A tile sweeps other sequences' cells only where they share one cache.
+    s.separate_prompt_rows = cpu_fa && options.separate_prompt_rows && state.sequences.unified();
     s.draft_tokens = options.draft_tokens;
     s.draft_match = options.draft_match;
     // Within one ubatch, so that a lead and its drafts are placed together.
     s.draft_rows = std::min(options.draft_batch_rows, state.n_ubatch());
+    s.drafts_alone = !state.sequences.unified();
+    s.pack_running_slots = !state.sequences.unified();
     s.strategy = options.strategy;
     if (store.store) {
         s.saves = store.policy;

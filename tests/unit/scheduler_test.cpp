@@ -125,6 +125,32 @@ TEST(Scheduler, ChoosesTheSlotWithTheLongestUsablePrefixOrElseTheLeastRecentlyUs
     }
 }
 
+// With a cache per slot, a request without a prefix to reuse goes where it closes a gap between
+// running slots (each gap splits llama.cpp's ubatch), else beside one, else least recently used.
+TEST(Scheduler, WithACachePerSlotANewRequestJoinsTheRunningSlots) {
+    const SlotSpec busy{tokens(1, 4), 0s, "", "", true, tokens(1, 4), 4};
+    struct Case {
+        const char* name;
+        std::vector<SlotSpec> slots;
+        int packed;  // the choice with packing; without it, always the least recently used
+        int lru;
+    };
+    const std::vector<Case> cases = {
+        {"closes a gap", {busy, {{}, 1s}, busy, {{}, 5s}, {{}, 0s}}, 1, 4},
+        {"extends a run", {{{}, 1s}, {{}, 5s}, busy, {{}, 8s}}, 1, 0},
+        {"no slot runs: least recently used", {{{}, 3s}, {{}, 1s}, {{}, 2s}}, 1, 1},
+        {"equal neighbours: least recently used", {{{}, 4s}, busy, {{}, 2s}}, 2, 2},
+    };
+    for (const Case& c : cases) {
+        Slots slots(c.slots);
+        const auto prompt = tokens(900, 20);  // shares nothing with any slot
+        SchedulerOptions o = options();
+        EXPECT_EQ(Scheduler(o).admit(slots.views, request(prompt))->slot, c.lru) << c.name;
+        o.pack_running_slots = true;
+        EXPECT_EQ(Scheduler(o).admit(slots.views, request(prompt))->slot, c.packed) << c.name;
+    }
+}
+
 // llama-server's id_slot: the named slot or nothing, whatever the others hold.
 TEST(Scheduler, ARequestThatNamesASlotRunsThereOnceItIsIdle) {
     const auto system = tokens(100, 40);
@@ -765,6 +791,7 @@ TEST(Scheduler, DraftBudgetsFollowTheRowsLeftTheTokenLimitAndTheContext) {
         int n_ctx_seq = 4096;
         int draft_wait = 0;
         int streams = 1;
+        bool drafts_alone = false;
         int drafts;
     };
     const Case cases[] = {
@@ -772,6 +799,8 @@ TEST(Scheduler, DraftBudgetsFollowTheRowsLeftTheTokenLimitAndTheContext) {
         {.name = "drafting off", .draft_tokens = 0, .drafts = 0},
         {.name = "rows for two", .draft_rows = 3, .drafts = 2},
         {.name = "two streams fill the draft rows", .draft_rows = 2, .streams = 2, .drafts = 0},
+        {.name = "a cache per slot, two streams", .streams = 2, .drafts_alone = true, .drafts = 0},
+        {.name = "a cache per slot, one stream", .drafts_alone = true, .drafts = 3},
         {.name = "one token left to the limit",
          .max_tokens = 10,
          .completion_tokens = 9,
@@ -785,6 +814,7 @@ TEST(Scheduler, DraftBudgetsFollowTheRowsLeftTheTokenLimitAndTheContext) {
         o.draft_tokens = c.draft_tokens;
         o.draft_rows = c.draft_rows;
         o.n_ctx_seq = c.n_ctx_seq;
+        o.drafts_alone = c.drafts_alone;
         Scheduler scheduler(o);
         std::vector<StreamSpec> specs;
         for (int i = 0; i < c.streams; ++i) {
