@@ -125,7 +125,7 @@ struct SchedulerOptions {
     bool separate_prompt_rows = false;
     int draft_tokens = 0;
     int draft_match = 3;
-    int draft_rows = 0;                       // EngineOptions::draft_batch_rows within one ubatch
+    int draft_rows = 0;  // EngineOptions::draft_batch_rows within one ubatch
     // Drafts only for a stream decoding alone. With a cache per slot llama.cpp gives every
     // sequence of a ubatch the same number of tokens, so a lead with drafts beside other streams
     // would take a ubatch (a pass over the weights) of its own.
