@@ -36,8 +36,7 @@ SchedulerOptions scheduler_options(const EngineOptions& options, const ReuseMode
     s.draft_match = options.draft_match;
     // Within one ubatch, so that a lead and its drafts are placed together.
     s.draft_rows = std::min(options.draft_batch_rows, state.n_ubatch());
-    s.drafts_alone = !state.sequences.unified();
-    s.pack_running_slots = !state.sequences.unified();
+    s.cache_per_slot = !state.sequences.unified();
     s.strategy = options.strategy;
     if (store.store) {
         s.saves = store.policy;

@@ -9,6 +9,30 @@
 
 namespace llamapp::detail {
 
+namespace {
+
+// The candidate with the most running neighbours (joining two runs, extending one, or starting
+// a new one), the least recently used among equals.
+template <typename Pick>
+std::optional<int> packed_slot(std::span<const SlotView> slots, Pick pick) {
+    auto running = [&](std::size_t i) { return i < slots.size() && slots[i].running; };
+    std::optional<int> best;
+    int best_neighbours = -1;
+    for (std::size_t i = 0; i < slots.size(); ++i) {
+        if (!pick(slots[i])) continue;
+        const int neighbours = (i > 0 && running(i - 1)) + running(i + 1);
+        if (neighbours > best_neighbours ||
+            (neighbours == best_neighbours &&
+             slots[i].last_used < slots[static_cast<std::size_t>(*best)].last_used)) {
+            best = slots[i].seq;
+            best_neighbours = neighbours;
+        }
+    }
+    return best;
+}
+
+}  // namespace
+
 Scheduler::Scheduler(SchedulerOptions options) : options_(std::move(options)) {
     if (!options_.strategy) options_.strategy = decode_maximal();
 }
@@ -89,28 +113,8 @@ std::optional<int> Scheduler::choose_slot(std::span<const SlotView> slots,
                                                          static_cast<double>(request.prompt.size()))
             return best_slot;
     }
-    if (options_.pack_running_slots) return packed_slot(slots, candidate);
+    if (options_.cache_per_slot) return packed_slot(slots, candidate);
     return least_recently_used(slots, candidate);
-}
-
-// The candidate with the most running neighbours (joining two runs, extending one, or starting
-// a new one), the least recently used among equals.
-template <typename Pick>
-std::optional<int> Scheduler::packed_slot(std::span<const SlotView> slots, Pick pick) const {
-    auto running = [&](std::size_t i) { return i < slots.size() && slots[i].running; };
-    std::optional<int> best;
-    int best_neighbours = -1;
-    for (std::size_t i = 0; i < slots.size(); ++i) {
-        if (!pick(slots[i])) continue;
-        const int neighbours = (i > 0 && running(i - 1)) + running(i + 1);
-        if (neighbours > best_neighbours ||
-            (neighbours == best_neighbours &&
-             slots[i].last_used < slots[static_cast<std::size_t>(*best)].last_used)) {
-            best = slots[i].seq;
-            best_neighbours = neighbours;
-        }
-    }
-    return best;
 }
 
 // What the chosen slot starts from: its own prefix, a longer one copied from another slot, or a
@@ -348,7 +352,7 @@ void Scheduler::plan_step(std::span<const StreamView> streams, std::size_t queue
         decode_rows += demand_[i].decoding ? take_[i] : 0;
     }
     room = std::min(room, options_.draft_rows - decode_rows);
-    if (options_.drafts_alone && decode_rows > 1) room = 0;
+    if (options_.cache_per_slot && decode_rows > 1) room = 0;
     for (std::size_t i = 0; i < demand_.size(); ++i) {
         if (take_[i] == 0) continue;
         const StreamView& s = streams[stream_of_[i]];

@@ -126,15 +126,13 @@ struct SchedulerOptions {
     int draft_tokens = 0;
     int draft_match = 3;
     int draft_rows = 0;  // EngineOptions::draft_batch_rows within one ubatch
-    // Drafts only for a stream decoding alone. With a cache per slot llama.cpp gives every
-    // sequence of a ubatch the same number of tokens, so a lead with drafts beside other streams
-    // would take a ubatch (a pass over the weights) of its own.
-    bool drafts_alone = false;
-    // A request with no prefix to reuse takes the free slot beside the most running ones (least
-    // recently used among equals). With a cache per slot llama.cpp puts only consecutive
-    // sequence ids in one ubatch, so every gap between running slots costs a pass over the
-    // weights per decode step.
-    bool pack_running_slots = false;
+    // Each slot has a KV cache of its own (EngineOptions::kv_layout). llama.cpp then builds a
+    // ubatch from consecutive sequence ids only, each with the same number of tokens, and every
+    // extra ubatch is a pass over the weights. So a request with no prefix to reuse takes the free
+    // slot beside the most running ones (least recently used among equals), and only a stream
+    // decoding alone drafts (a lead with drafts beside other streams would need a ubatch of its
+    // own).
+    bool cache_per_slot = false;
     std::shared_ptr<BatchStrategy> strategy;  // null: decode_maximal()
     // Saves to the KV store: the engine's policy, or empty without a store.
     std::optional<SavePolicy> saves;
@@ -213,8 +211,6 @@ class Scheduler {
     bool worth_waiting_for_donor(std::span<const SlotView> slots, const RequestView& request) const;
     std::optional<int> choose_slot(std::span<const SlotView> slots, const RequestView& request,
                                    bool& reclaims) const;
-    template <typename Pick>
-    std::optional<int> packed_slot(std::span<const SlotView> slots, Pick pick) const;
     void choose_reuse(std::span<const SlotView> slots, const RequestView& request,
                       Admission& admission) const;
     void split_batch(std::span<const StreamView> streams, std::size_t queue_depth);

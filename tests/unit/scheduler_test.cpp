@@ -146,7 +146,7 @@ TEST(Scheduler, WithACachePerSlotANewRequestJoinsTheRunningSlots) {
         const auto prompt = tokens(900, 20);  // shares nothing with any slot
         SchedulerOptions o = options();
         EXPECT_EQ(Scheduler(o).admit(slots.views, request(prompt))->slot, c.lru) << c.name;
-        o.pack_running_slots = true;
+        o.cache_per_slot = true;
         EXPECT_EQ(Scheduler(o).admit(slots.views, request(prompt))->slot, c.packed) << c.name;
     }
 }
@@ -791,7 +791,7 @@ TEST(Scheduler, DraftBudgetsFollowTheRowsLeftTheTokenLimitAndTheContext) {
         int n_ctx_seq = 4096;
         int draft_wait = 0;
         int streams = 1;
-        bool drafts_alone = false;
+        bool cache_per_slot = false;
         int drafts;
     };
     const Case cases[] = {
@@ -799,8 +799,11 @@ TEST(Scheduler, DraftBudgetsFollowTheRowsLeftTheTokenLimitAndTheContext) {
         {.name = "drafting off", .draft_tokens = 0, .drafts = 0},
         {.name = "rows for two", .draft_rows = 3, .drafts = 2},
         {.name = "two streams fill the draft rows", .draft_rows = 2, .streams = 2, .drafts = 0},
-        {.name = "a cache per slot, two streams", .streams = 2, .drafts_alone = true, .drafts = 0},
-        {.name = "a cache per slot, one stream", .drafts_alone = true, .drafts = 3},
+        {.name = "a cache per slot, two streams",
+         .streams = 2,
+         .cache_per_slot = true,
+         .drafts = 0},
+        {.name = "a cache per slot, one stream", .cache_per_slot = true, .drafts = 3},
         {.name = "one token left to the limit",
          .max_tokens = 10,
          .completion_tokens = 9,
@@ -814,7 +817,7 @@ TEST(Scheduler, DraftBudgetsFollowTheRowsLeftTheTokenLimitAndTheContext) {
         o.draft_tokens = c.draft_tokens;
         o.draft_rows = c.draft_rows;
         o.n_ctx_seq = c.n_ctx_seq;
-        o.drafts_alone = c.drafts_alone;
+        o.cache_per_slot = c.cache_per_slot;
         Scheduler scheduler(o);
         std::vector<StreamSpec> specs;
         for (int i = 0; i < c.streams; ++i) {
