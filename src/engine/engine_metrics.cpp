@@ -40,6 +40,10 @@ Result<EngineMetrics> EngineMetrics::create(std::shared_ptr<MetricsRegistry> reg
     keep(r.counter("llamapp_decoded_tokens_total", "Tokens (batch rows) sent to llama_decode",
                    labels),
          m.decoded_tokens);
+    keep(r.counter("llamapp_padding_rows_total",
+                   "Throwaway rows that kept a call of streams in one ubatch (a KV cache per slot)",
+                   labels),
+         m.padding_rows);
     keep(r.counter("llamapp_step_seconds_total",
                    "Decode thread time spent in scheduling steps (planning, decoding, sampling, "
                    "delivering)",

@@ -67,6 +67,7 @@ struct EngineMetrics {
     Counter* generated_tokens = nullptr;
     Counter* decode_calls = nullptr;
     Counter* decoded_tokens = nullptr;  // batch rows; divided by decode_calls = mean batch size
+    Counter* padding_rows = nullptr;    // not in decoded_tokens (sequential_split.hpp)
     // Decode thread time: whole steps, and the part of them inside llama_decode; the rest is
     // planning, sampling, detokenizing and handing pieces to the callers.
     Counter* step_seconds = nullptr;

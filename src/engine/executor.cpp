@@ -25,6 +25,10 @@ Executor::Executor(ContextState& state, Scheduler& scheduler, SlotTable& slots,
       metrics_(metrics),
       modes_(modes),
       n_ctx_seq_(static_cast<std::size_t>(state.n_ctx_seq())),
+      // Where llama.cpp splits a call by sequence (sequential_split.hpp), and the padding rows
+      // can be cut off again.
+      pad_gaps_(!state.sequences.unified() && modes.trim_tail && modes.sliding_window == 0),
+      split_(state.n_ubatch()),
       batch_(state.n_batch()) {}
 
 void Executor::step(std::size_t queue_depth) {
@@ -88,8 +92,30 @@ bool Executor::live(const Row& row) const {
            s.running->pending->id == row.request;
 }
 
+// The slots between the call's sequences that get a padding row (sequential_split.hpp).
+std::span<const int> Executor::gap_padding(std::size_t begin, std::size_t end) {
+    if (!pad_gaps_) return {};
+    call_.clear();
+    int live_rows = 0;
+    for (std::size_t i = begin; i < end; ++i) {
+        if (!live(rows_[i])) continue;
+        ++live_rows;
+        const int seq = slots_[rows_[i].slot].seq;
+        if (!call_.empty() && call_.back().seq == seq)
+            ++call_.back().rows;
+        else
+            call_.push_back({.seq = seq, .rows = 1});
+    }
+    const SequenceMemory& memory = state_.sequences;
+    return split_.padding(
+        call_, [&](int seq) { return memory.size(seq) + 1 < n_ctx_seq_; },
+        state_.n_batch() - live_rows);
+}
+
 void Executor::process_rows(std::size_t begin, std::size_t end) {
     batch_.clear();
+    const std::span<const int> pads = gap_padding(begin, end);
+    auto pad = pads.begin();
     const Row* first = nullptr;  // the first live row, and whether every live row shares its owner
     bool single_owner = true;
     for (std::size_t i = begin; i < end; ++i) {
@@ -98,8 +124,12 @@ void Executor::process_rows(std::size_t begin, std::size_t end) {
         if (!live(row)) continue;
         if (!first) first = &row;
         single_owner = single_owner && row.request == first->request;
+        const int seq = slots_[row.slot].seq;
+        // A padding row's token is never looked at: its cell is cut off after the call.
+        for (; pad != pads.end() && *pad < seq; ++pad)
+            batch_.add(0, static_cast<int>(state_.sequences.size(*pad)), *pad, false);
         row.batch_index = batch_.batch.n_tokens;
-        batch_.add(row.token, row.pos, slots_[row.slot].seq, row.logits);
+        batch_.add(row.token, row.pos, seq, row.logits);
     }
     const int n = batch_.batch.n_tokens;
     if (n == 0) return;
@@ -117,9 +147,13 @@ void Executor::process_rows(std::size_t begin, std::size_t end) {
     metrics_.decode_seconds->inc(seconds(Clock::now() - start));
     metrics_.decode_calls->inc();
     metrics_.llama_server.count_decode(slots_.busy());
+    // Padding trims wherever it is added (pad_gaps_), whatever the call did.
+    for (int seq : pads) static_cast<void>(state_.sequences.rewind_to_held(seq));
     if (ok) {
-        metrics_.decoded_tokens->inc(n);
-        metrics_.batch_size->observe(n);
+        const auto padding = static_cast<double>(pads.size());
+        metrics_.padding_rows->inc(padding);
+        metrics_.decoded_tokens->inc(n - padding);
+        metrics_.batch_size->observe(n - padding);
         commit_rows(begin, end);
         return;
     }

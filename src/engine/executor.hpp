@@ -12,6 +12,7 @@
 #include "engine/engine_metrics.hpp"
 #include "engine/kv_persistence.hpp"
 #include "engine/scheduler.hpp"
+#include "engine/sequential_split.hpp"
 #include "engine/slot_table.hpp"
 
 namespace llamapp::detail {
@@ -35,6 +36,7 @@ class Executor {
     std::span<const StreamView> stream_views();
     void plan_rows(std::size_t queue_depth);
     void process_rows(std::size_t begin, std::size_t end);
+    std::span<const int> gap_padding(std::size_t begin, std::size_t end);
     void commit_rows(std::size_t begin, std::size_t end);
     bool live(const Row& row) const;
     void relieve_pressure(std::size_t begin, std::size_t end);
@@ -62,6 +64,9 @@ class Executor {
     EngineMetrics& metrics_;
     const ReuseModes& modes_;
     const std::size_t n_ctx_seq_;
+    const bool pad_gaps_;
+    SequentialSplit split_;
+    std::vector<SequenceRows> call_;
     CancellationToken stop_decoding_;
 
     StepPlan plan_;  // this step's rows

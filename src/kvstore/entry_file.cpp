@@ -276,7 +276,7 @@ ParsedHeader read_header(const fs::path& path) {
     return parse(fd.fd, path);
 }
 
-ParsedHeader read_entry(const fs::path& path, std::vector<std::uint8_t>& payload) {
+ParsedHeader read_entry(const fs::path& path, Bytes& payload) {
     Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
     if (fd.fd < 0) return refuse_open();
     ParsedHeader parsed = parse(fd.fd, path);

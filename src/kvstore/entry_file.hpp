@@ -77,7 +77,7 @@ struct ParsedHeader {
 // Headers only (startup scan): checks magic, version, checksums, the key and the file size.
 ParsedHeader read_header(const std::filesystem::path& path);
 // Header and payload; the payload checksum and the key are verified as well.
-ParsedHeader read_entry(const std::filesystem::path& path, std::vector<std::uint8_t>& payload);
+ParsedHeader read_entry(const std::filesystem::path& path, Bytes& payload);
 
 // Temp file in the same directory, fdatasync, link to the final name (an existing file with the
 // same verified header is adopted), fsync of the directory.

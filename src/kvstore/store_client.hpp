@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "kvstore/snapshot_bytes.hpp"
 #include "llamapp/kv_store.hpp"
 
 namespace llamapp::detail {
@@ -47,7 +48,7 @@ struct KvLookup {
 struct KvHit {
     KvEntryInfo entry;
     std::size_t matched_tokens = 0;  // prompt tokens the restored state serves
-    std::shared_ptr<const std::vector<std::uint8_t>> payload;
+    std::shared_ptr<const Bytes> payload;
     double load_ms = 0;
 };
 

@@ -13,13 +13,13 @@
 
 #include "kvstore/entry_file.hpp"
 #include "kvstore/prefix_index.hpp"
+#include "kvstore/snapshot_bytes.hpp"
 #include "kvstore/store_client.hpp"
 #include "kvstore/store_metrics.hpp"
 #include "llamapp/kv_store.hpp"
 
 namespace llamapp {
 
-using Bytes = std::vector<std::uint8_t>;
 using Handle = detail::PrefixIndex::EntryHandle;
 using SteadyClock = std::chrono::steady_clock;
 

@@ -21,7 +21,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const fs::path file = dir / (std::string(64, 'a') + llamapp::detail::entry_extension);
     std::ofstream(file, std::ios::binary | std::ios::trunc)
         .write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(size));
-    std::vector<std::uint8_t> payload;
+    llamapp::Bytes payload;
     const auto whole = llamapp::detail::read_entry(file, payload);
     const auto head = llamapp::detail::read_header(file);
     // A header read alone and a whole read agree up to the payload.

@@ -6,6 +6,7 @@
 #include <memory>
 #include <span>
 
+#include "support/prometheus.hpp"
 #include "support/stories_engine.hpp"
 
 using namespace llamapp;
@@ -347,6 +348,48 @@ TEST(Engine, SplitKvCacheCopiesPrefixesAndKeepsOutputs) {
     auto forked = drain(*e.submit(turn));
     EXPECT_EQ(forked.completion.cache.reused_tokens, static_cast<int>(next.size() - 1));
     EXPECT_EQ(forked.completion.generation.tokens, solo(next, 6));
+}
+
+// With a cache per slot llama.cpp decodes a run of consecutive slots per pass: an idle slot
+// between two streams gets a throwaway row at its next position, cut off after each call, so
+// that it costs a row instead of a pass (sequential_split.hpp). What it holds stays reusable.
+TEST(Engine, AnIdleSlotBetweenStreamsIsPaddedAndKeepsWhatItHolds) {
+    const Model& m = test::stories_model();
+    EngineOptions o = options(3, 1536);
+    o.kv_layout = EngineOptions::KvLayout::per_slot;
+    o.draft_tokens = 0;
+    Engine e = engine(o);
+    auto on_slot = [&](const std::vector<Token>& prompt, int max_tokens, int slot) {
+        EngineRequest r = request(prompt, max_tokens);
+        r.slot = slot;
+        return r;
+    };
+    const auto idle_prompt = encode(m, kPrompts[0]);
+    const auto held = drain(*e.submit(on_slot(idle_prompt, 8, 1))).completion.generation.tokens;
+    const auto padding = [&] {
+        return test::prometheus_value(e.metrics().prometheus_text(), "llamapp_padding_rows_total")
+            .value_or(-1);
+    };
+    EXPECT_EQ(padding(), 0);
+
+    const auto p0 = encode(m, kPrompts[1]), p2 = encode(m, kPrompts[2]);
+    auto handles = e.submit_all({on_slot(p0, 24, 0), on_slot(p2, 24, 2)});
+    ASSERT_TRUE(handles);
+    EXPECT_EQ(drain((*handles)[0]).completion.generation.tokens, solo(p0, 24));
+    EXPECT_EQ(drain((*handles)[1]).completion.generation.tokens, solo(p2, 24));
+    // One padding row for each call that held both streams: at least their replies' steps.
+    EXPECT_GE(padding(), 20);
+
+    std::vector<Token> next = idle_prompt;
+    next.insert(next.end(), held.begin(), held.end());
+    const auto more = encode(m, " Then");
+    next.insert(next.end(), more.begin() + 1, more.end());
+    auto again = drain(*e.submit(on_slot(next, 12, 1)));
+    EXPECT_EQ(again.completion.cache.source, ReuseSource::same_slot);
+    // It holds its prompt and every reply token but the last (sampled, never decoded).
+    EXPECT_EQ(again.completion.cache.reused_tokens,
+              static_cast<int>(idle_prompt.size() + held.size() - 1));
+    EXPECT_EQ(again.completion.generation.tokens, solo(next, 12));
 }
 
 TEST(Engine, LogprobsArriveWithEachPiece) {

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <random>
 #include <thread>
@@ -71,7 +72,7 @@ TEST(KvStore, LongestPrefixHitTrimsAnyStoredEntry) {
     EXPECT_EQ(hit->matched_tokens, 20u);
     EXPECT_EQ(hit->entry.tokens, ab);
     EXPECT_EQ(hit->entry.tier, "ram");
-    EXPECT_EQ(*hit->payload, payload_for(ab));
+    EXPECT_TRUE(std::ranges::equal(*hit->payload, payload_for(ab)));
 
     // Exact-boundary models only restore whole entries.
     KvLookup exact{.match = KvMatch::exact};
@@ -150,7 +151,7 @@ TEST(KvStore, DiskEntriesSurviveReopenWithHitCounts) {
     auto hit = KvStoreClient(*store).fetch(model_a(), seq(10, 70), {});
     ASSERT_TRUE(hit);
     EXPECT_EQ(hit->entry.tier, "disk");
-    EXPECT_EQ(*hit->payload, payload_for(t));
+    EXPECT_TRUE(std::ranges::equal(*hit->payload, payload_for(t)));
 }
 
 // The decode thread's second look: files are never read, and a miss is not counted twice.
@@ -199,7 +200,7 @@ TEST(KvStore, FileFormatRoundTrip) {
     h.last_used_ms = 5678;
     h.hits = 9;
     ASSERT_TRUE(detail::publish_entry(dir.path(), h, payload));
-    std::vector<std::uint8_t> back;
+    Bytes back;
     auto parsed = detail::read_entry(detail::entry_path(dir.path(), h.id), back);
     ASSERT_EQ(parsed.defect, detail::EntryDefect::none) << parsed.detail;
     const auto& g = parsed.header;
@@ -214,7 +215,7 @@ TEST(KvStore, FileFormatRoundTrip) {
     EXPECT_EQ(g.created_ms, 1234u);
     EXPECT_EQ(g.last_used_ms, 5678u);
     EXPECT_EQ(g.hits, 9u);
-    EXPECT_EQ(back, payload);
+    EXPECT_TRUE(std::ranges::equal(back, payload));
     detail::update_usage(detail::entry_path(dir.path(), h.id), 9999, 10);
     parsed = detail::read_entry(detail::entry_path(dir.path(), h.id), back);
     ASSERT_EQ(parsed.defect, detail::EntryDefect::none);
@@ -311,7 +312,7 @@ TEST(KvStore, UsageDamageLosesOnlyTheUsage) {
         EXPECT_EQ(entries[0].last_used_ms, entries[0].created_ms) << "byte " << at;
         auto hit = KvStoreClient(*store).fetch(model_a(), seq(1, 60), {});
         ASSERT_TRUE(hit) << "byte " << at;
-        EXPECT_EQ(*hit->payload, payload_for(t, 2000));
+        EXPECT_TRUE(std::ranges::equal(*hit->payload, payload_for(t, 2000)));
         EXPECT_EQ((*store)->stats().tiers.at(0).corrupt_files, 0u);
     }
 }
