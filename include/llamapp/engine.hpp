@@ -69,9 +69,9 @@ struct EngineOptions {
     // The same kernel skips blocks of cached tokens that no row of a 64-row tile attends to. A
     // tile that mixes streams' next tokens with a prompt's rows attends to all of their
     // sequences, so one llama_decode holding both sweeps nearly the whole unified cache; with
-    // this on, a step decodes the streams' tokens and the prompt chunks in two calls (figures:
-    // docs/performance.md). Ignored where min_prefill_rows is, and with a cache per slot, where
-    // each sequence attends to its own cells only.
+    // this on, a step of 64 rows or more decodes the streams' tokens and the prompt chunks in two
+    // calls (figures: docs/performance.md). Ignored where min_prefill_rows is, and with a cache per
+    // slot, where each sequence attends to its own cells only.
     bool separate_prompt_rows = true;
     // Prompt-lookup speculation. When the last `draft_match` tokens of a decoding sequence
     // occurred earlier in it (prompt or reply), up to `draft_tokens` of the tokens that followed

@@ -41,7 +41,7 @@ void Executor::run_step(std::size_t queue_depth) {
     resume_preempted();
     plan_rows(queue_depth);
     if (rows_.empty()) return;
-    if (scheduler_.options().separate_prompt_rows) {
+    if (scheduler_.separates_prompt_rows(rows_.size())) {
         // Streams' tokens first, in a call of their own (EngineOptions::separate_prompt_rows).
         const auto prompts = std::stable_partition(rows_.begin(), rows_.end(),
                                                    [](const Row& row) { return row.decode; });

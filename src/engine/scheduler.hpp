@@ -122,7 +122,12 @@ struct SchedulerOptions {
     // A reused prefix at least this deep gives tokens back rather than leave a short prefill
     // (widened_reuse): below it the slow attention path is cheap.
     std::size_t widen_from_depth = 512;
+    // EngineOptions::separate_prompt_rows, for calls of at least tile_rows rows: llama.cpp's CPU
+    // flash attention sweeps the cells of every sequence in a tile of that many rows; a smaller
+    // call takes its per-row path, where a prompt's last token after a restore costs what a
+    // stream's does and rides along with them.
     bool separate_prompt_rows = false;
+    std::size_t tile_rows = 64;
     int draft_tokens = 0;
     int draft_match = 3;
     int draft_rows = 0;  // EngineOptions::draft_batch_rows within one ubatch
@@ -148,6 +153,11 @@ class Scheduler {
     explicit Scheduler(SchedulerOptions options);
 
     const SchedulerOptions& options() const { return options_; }
+    // Whether a step of `rows` rows decodes the streams' tokens and the prompt chunks in two
+    // calls (SchedulerOptions::separate_prompt_rows).
+    bool separates_prompt_rows(std::size_t rows) const {
+        return options_.separate_prompt_rows && rows >= options_.tile_rows;
+    }
 
     // Where a queued request runs, or nothing while it must wait: no idle slot, its session's
     // slot is busy, or another slot is computing a long prefix it shares.

@@ -861,6 +861,19 @@ TEST(Scheduler, NoDraftsWhereTheCacheCannotDropThemAgain) {
     EXPECT_EQ(plan.rows.size(), 4u);
 }
 
+// A step of fewer rows than llama.cpp's flash attention tile takes its per-row path, where a
+// prompt row (a restored prompt's last token, typically) costs what a stream's row does.
+TEST(Scheduler, PromptRowsGetACallOfTheirOwnOnlyWhereTheTiledKernelWouldRun) {
+    SchedulerOptions o = options();
+    o.separate_prompt_rows = true;
+    const Scheduler s(o);
+    EXPECT_FALSE(s.separates_prompt_rows(4));
+    EXPECT_FALSE(s.separates_prompt_rows(o.tile_rows - 1));
+    EXPECT_TRUE(s.separates_prompt_rows(o.tile_rows));
+    o.separate_prompt_rows = false;
+    EXPECT_FALSE(Scheduler(o).separates_prompt_rows(200));
+}
+
 TEST(Scheduler, MissedDraftsBackOffDoublingAndAHitResetsIt) {
     using B = Scheduler::DraftBackoff;
     auto b = Scheduler::after_drafts(3, 0, B{0, 1});
