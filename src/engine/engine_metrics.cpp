@@ -14,28 +14,9 @@ std::vector<double> batch_size_buckets() {
     return {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048};
 }
 
-}  // namespace
-
-Result<EngineMetrics> EngineMetrics::create(std::shared_ptr<MetricsRegistry> registry,
-                                            const Labels& labels) {
-    EngineMetrics m;
-    m.registry = registry;
-    MetricsRegistry& r = *registry;
-    MetricRegistration keep;
-    CounterFamily outcome(r, keep, "llamapp_requests_total", "Requests finished, by outcome",
-                          labels, "outcome");
-    outcome("stop", m.stop);
-    outcome("length", m.length);
-    outcome("cancelled", m.cancelled);
-    outcome("timeout", m.timed_out);
-    outcome("error", m.failed);
-    outcome("rejected", m.rejected);
-    keep(r.counter("llamapp_prompt_tokens_total", "Prompt tokens of admitted requests", labels),
-         m.prompt_tokens);
-    keep(r.counter("llamapp_prompt_tokens_cached_total",
-                   "Prompt tokens whose KV was reused instead of computed", labels),
-         m.cached_tokens);
-    keep(r.counter("llamapp_generated_tokens_total", "Tokens sampled", labels), m.generated_tokens);
+// What the decode thread's steps and calls do: rows, padding, time, pressure and drafts.
+void register_decode_loop(MetricsRegistry& r, MetricRegistration& keep, const Labels& labels,
+                          EngineMetrics& m) {
     keep(r.counter("llamapp_decode_calls_total", "llama_decode calls", labels), m.decode_calls);
     keep(r.counter("llamapp_decoded_tokens_total", "Tokens (batch rows) sent to llama_decode",
                    labels),
@@ -65,6 +46,31 @@ Result<EngineMetrics> EngineMetrics::create(std::shared_ptr<MetricsRegistry> reg
     keep(r.counter("llamapp_draft_tokens_accepted_total",
                    "Drafted tokens that the sampler confirmed", labels),
          m.draft_accepted);
+}
+
+}  // namespace
+
+Result<EngineMetrics> EngineMetrics::create(std::shared_ptr<MetricsRegistry> registry,
+                                            const Labels& labels) {
+    EngineMetrics m;
+    m.registry = registry;
+    MetricsRegistry& r = *registry;
+    MetricRegistration keep;
+    CounterFamily outcome(r, keep, "llamapp_requests_total", "Requests finished, by outcome",
+                          labels, "outcome");
+    outcome("stop", m.stop);
+    outcome("length", m.length);
+    outcome("cancelled", m.cancelled);
+    outcome("timeout", m.timed_out);
+    outcome("error", m.failed);
+    outcome("rejected", m.rejected);
+    keep(r.counter("llamapp_prompt_tokens_total", "Prompt tokens of admitted requests", labels),
+         m.prompt_tokens);
+    keep(r.counter("llamapp_prompt_tokens_cached_total",
+                   "Prompt tokens whose KV was reused instead of computed", labels),
+         m.cached_tokens);
+    keep(r.counter("llamapp_generated_tokens_total", "Tokens sampled", labels), m.generated_tokens);
+    register_decode_loop(r, keep, labels, m);
     CounterFamily reuse(r, keep, "llamapp_prefix_reuse_total",
                         "Admitted requests by where their prompt prefix came from", labels,
                         "source");
