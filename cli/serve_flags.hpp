@@ -17,7 +17,7 @@ struct ServeFlags {
     ContextFlags context;
     CacheFlags cache;
     ServerOptions server;
-    int slots = 4;  // -1: llama-server's "auto", 4
+    int slots = -1;  // llama-server's "auto": 4 slots sharing one cache
     std::size_t max_queue = 64;
     int min_prefill_rows = EngineOptions{}.min_prefill_rows;
     int prefill_chunk = EngineOptions{}.prefill_chunk;

@@ -68,10 +68,11 @@ void add_model_flags(CLI::App& cmd, ServeFlags& flags) {
     add_llama_switch(cmd, "--prefill-assistant", flags.prefill_assistant,
                      "continue a chat's last message when it is the assistant's (default; "
                      "--no-prefill-assistant: answer it with a turn of its own)");
-    add_llama_switch(cmd, "--kv-unified", flags.kv_unified,
-                     "slots share one KV cache, and a request may use all of -c; "
-                     "--no-kv-unified gives each slot -c / --parallel (faster with many busy "
-                     "slots). Default: shared up to 4 slots, per slot above");
+    add_llama_switch(
+        cmd, "--kv-unified", flags.kv_unified,
+        "slots share one KV cache, and a request may use all of -c; "
+        "--no-kv-unified gives each slot -c / --parallel (faster with many busy "
+        "slots). Default, as llama-server: per slot when --parallel is given, else shared");
     cmd.add_flag("--deterministic", flags.deterministic,
                  "same request, same bits: one at a time, no prefix reuse, no drafts");
     cmd.add_option("--max-queue", flags.max_queue, "requests waiting for a slot before 429")
@@ -115,6 +116,20 @@ Result<std::map<std::string, std::string>> template_variables(const ServeFlags& 
     return out;
 }
 
+namespace {
+
+// As in llama-server: a --parallel given on the command line splits the cache into one per slot,
+// where decode attends to its own slot's cells only (from 2 busy slots on faster; repeated prompts
+// at 4 clients 5-9%: docs/performance.md); -np auto (4 slots) shares one. --kv-unified and
+// --no-kv-unified decide either way.
+EngineOptions::KvLayout kv_layout(const ServeFlags& flags) {
+    using Layout = EngineOptions::KvLayout;
+    if (flags.kv_unified != 0) return flags.kv_unified > 0 ? Layout::unified : Layout::per_slot;
+    return flags.slots > 1 ? Layout::per_slot : Layout::automatic;
+}
+
+}  // namespace
+
 Result<ModelSpec> model_defaults(const ServeFlags& flags) {
     auto context = context_options(flags.context);
     if (!context) return std::unexpected(context.error());
@@ -129,9 +144,7 @@ Result<ModelSpec> model_defaults(const ServeFlags& flags) {
     s.engine.context = *context;
     // -c is the whole cache, as in llama-server; on the unified cache any slot may use all.
     s.engine.context.n_seq_max = flags.slots < 0 ? 4 : flags.slots;
-    s.engine.kv_layout = flags.kv_unified > 0   ? EngineOptions::KvLayout::unified
-                         : flags.kv_unified < 0 ? EngineOptions::KvLayout::per_slot
-                                                : EngineOptions::KvLayout::automatic;
+    s.engine.kv_layout = kv_layout(flags);
     s.engine.deterministic = flags.deterministic;
     s.engine.max_queued_requests = flags.max_queue;
     s.engine.min_prefill_rows = flags.min_prefill_rows;

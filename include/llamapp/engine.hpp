@@ -41,7 +41,8 @@ struct EngineOptions {
     // with the number of busy slots (16 busy slots: about 15% of throughput). `per_slot`: each
     // slot gets n_ctx / slots cells of its own, attention stays within them, and adopting another
     // slot's prefix copies its cells. `automatic`: unified up to `max_unified_slots` slots, where
-    // its cost is within noise, per slot above (figures: docs/performance.md).
+    // a request's room is worth more than the decode cost (5-9% at 4 busy slots), per slot above
+    // (figures: docs/performance.md). `llamapp serve` follows llama-server instead.
     enum class KvLayout { automatic, unified, per_slot };
     KvLayout kv_layout = KvLayout::automatic;
     static constexpr int max_unified_slots = 4;

@@ -132,23 +132,32 @@ TEST(LlamaServerFlags, TheEnvironmentSetsWhatTheFlagsSet) {
     EXPECT_EQ(get_json(c, "/v1/models")["data"][0]["meta"]["n_ctx"], 256);
 }
 
-// Up to 4 slots share one KV cache (a request may use all of -c); more get -c / slots each. A flag
-// or LLAMA_ARG_KV_UNIFIED chooses instead, and the last flag wins.
-TEST(LlamaServerFlags, SlotsShareTheCacheUpToFourAndSplitItAbove) {
+// As in llama-server: -np auto (4 slots) shares one KV cache (a request may use all of -c); a
+// --parallel given gives -c / slots each. A flag or LLAMA_ARG_KV_UNIFIED chooses instead, and the
+// last flag wins.
+TEST(LlamaServerFlags, AGivenParallelSplitsTheCacheAndAutoSharesIt) {
     const auto slot_ctx = [](std::vector<std::string> extra) {
         std::vector<std::string> args = {
             "-m", shared_model("stories260K.gguf").string(), "-c", "2048", "-t", "2"};
         args.insert(args.end(), extra.begin(), extra.end());
         ServerProcess server(args);
         auto c = server.client();
-        return get_json(c, "/slots").at(0).at("n_ctx").get<int>();
+        const json slots = get_json(c, "/slots");
+        return std::pair{slots.size(), slots.at(0).at("n_ctx").get<int>()};
     };
-    EXPECT_EQ(slot_ctx({"-np", "4"}), 2048);
-    EXPECT_EQ(slot_ctx({"-np", "8"}), 256);
-    EXPECT_EQ(slot_ctx({"-np", "8", "--no-kv-unified", "-kvu"}), 2048);
-    EXPECT_EQ(slot_ctx({"-np", "2", "--kv-unified", "--no-kv-unified"}), 1024);
+    EXPECT_EQ(slot_ctx({}), std::pair(std::size_t{4}, 2048));
+    EXPECT_EQ(slot_ctx({"-np", "-1"}), std::pair(std::size_t{4}, 2048));
+    EXPECT_EQ(slot_ctx({"-np", "1"}), std::pair(std::size_t{1}, 2048));
+    EXPECT_EQ(slot_ctx({"-np", "4"}), std::pair(std::size_t{4}, 512));
+    EXPECT_EQ(slot_ctx({"-np", "8", "--no-kv-unified", "-kvu"}), std::pair(std::size_t{8}, 2048));
+    EXPECT_EQ(slot_ctx({"-np", "2", "--kv-unified", "--no-kv-unified"}),
+              std::pair(std::size_t{2}, 1024));
+    {
+        ScopedEnv on("LLAMA_ARG_KV_UNIFIED", "true");
+        EXPECT_EQ(slot_ctx({"-np", "2"}), std::pair(std::size_t{2}, 2048));
+    }
     ScopedEnv off("LLAMA_ARG_KV_UNIFIED", "false");
-    EXPECT_EQ(slot_ctx({"-np", "2"}), 1024);
+    EXPECT_EQ(slot_ctx({}), std::pair(std::size_t{4}, 512));
 }
 
 // --reasoning-budget closes every reply's thinking (QwQ's template opens it, and a random model

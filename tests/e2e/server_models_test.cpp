@@ -331,7 +331,8 @@ TEST(ServerPresets, EachSectionIsAModelWithItsOwnFlags) {
         EXPECT_EQ(models["tale"]["tags"], json({"short"}));
         EXPECT_EQ(models["tale"]["meta"]["n_ctx"], 256);
         EXPECT_EQ(models["tale"]["meta"]["slots"], 2);
-        EXPECT_EQ(models["tale-big"]["meta"]["n_ctx"], 512);
+        // A cache per slot, as --parallel is given: 512 / 3, which llama.cpp rounds up to 256.
+        EXPECT_EQ(models["tale-big"]["meta"]["n_ctx"], 256);
         EXPECT_EQ(models["tale-big"]["meta"]["slots"], 3);  // the command line's
         EXPECT_EQ(models["tale-big"]["meta"]["keep_alive_seconds"], 30);
     }

@@ -21,10 +21,11 @@ using namespace llamapp::test;
 
 class NativeRoutes : public ::testing::Test {
   protected:
+    // -kvu: the slots share one cache, so that one request may use all of -c.
     static void SetUpTestSuite() {
         server_ = start_suite_server(
-            {"-m", shared_model("stories260K.gguf").string(), "-c", "512", "-np", "2", "-t", "2",
-             "--temp", "0", "-n", "16", "--slots", "-a", "tinyllama-2"},
+            {"-m", shared_model("stories260K.gguf").string(), "-c", "512", "-np", "2", "-kvu", "-t",
+             "2", "--temp", "0", "-n", "16", "--slots", "-a", "tinyllama-2"},
             start_error_);
     }
     void SetUp() override { ASSERT_NE(server_, nullptr) << start_error_; }

@@ -46,10 +46,11 @@ json forced_call_body() {
 
 class Server : public ::testing::Test {
   protected:
+    // -kvu: the slots share one cache, so that one request may use all of -c.
     static void SetUpTestSuite() {
         server_ = start_suite_server(
-            {"-m", qwen, "-c", "2048", "-t", "2", "--parallel", "2", "--max-body-bytes", "65536",
-             "--max-prompt-tokens", "256", "--max-stop", "4"},
+            {"-m", qwen, "-c", "2048", "-t", "2", "--parallel", "2", "-kvu", "--max-body-bytes",
+             "65536", "--max-prompt-tokens", "256", "--max-stop", "4"},
             start_error_);
     }
     void SetUp() override { ASSERT_NE(server_, nullptr) << start_error_; }
