@@ -40,9 +40,9 @@ struct ServeFlags {
     std::string pooling;
     std::vector<std::string> aliases;  // of the first -m model: its id, then further names
     std::vector<std::string> tags;
-    // llama-server flags llamapp takes and needs no action on: it always does what they ask.
-    int kv_unified = 0;  // 1 --kv-unified, -1 --no-kv-unified, 0 by the slot count
+    int kv_unified = 0;  // 1 --kv-unified, -1 --no-kv-unified, 0 as llama-server: by --parallel
     bool deterministic = false;
+    // llama-server flags llamapp takes and needs no action on: it always does what they ask.
     bool metrics = false, cont_batching = true, webui = false, backend_sampling = false;
     int sleep_idle_seconds = -1;
     int timeout_s = 600;
