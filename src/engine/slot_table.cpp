@@ -8,6 +8,10 @@ namespace llamapp::detail {
 SlotTable::SlotTable(SequenceMemory& memory, int n_slots) : memory_(memory) {
     slots_.resize(static_cast<std::size_t>(n_slots));
     for (int i = 0; i < n_slots; ++i) slots_[static_cast<std::size_t>(i)].seq = i;
+    // Every slot idle from the start: stats() (a server's /slots) may come before the decode
+    // thread's first publish.
+    running_.assign(slots_.size(), false);
+    running_seen_ = running_;
 }
 
 void SlotTable::clear(Slot& slot) {
