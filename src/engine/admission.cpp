@@ -21,6 +21,7 @@ void EngineCore::admit() {
     if (slots_.any_preempted()) return;
     for (auto it = queue_.begin(); it != queue_.end();) {
         if (!slots_.any_idle()) break;
+        persistence_.commit_staged_serving((*it)->request.prompt);
         persistence_.prefetch(**it, /*refresh=*/true);
         const auto admission = scheduler_.admit(slots_.views(), request_view(**it));
         if (!admission) {

@@ -135,17 +135,21 @@ EngineStats EngineCore::stats() const {
 
 // The decode thread: take the inbox, expire, run the slot actions, admit, then one step (the
 // scheduler plans; the executor decodes, samples and delivers) while anything runs, else wait
-// for work.
+// for work. The saves staged on the way in are published after the step, so that the first
+// tokens of what was admitted do not wait on them.
 void EngineCore::loop() {
     while (take_inbox()) {
         expire();
         actions_.run_ready();
         admit();
         publish_gauges();
-        if (slots_.any_running())
+        if (slots_.any_running()) {
             executor_.step(queue_.size());
-        else
+            persistence_.commit_staged();
+        } else {
+            persistence_.commit_staged();
             wait_for_work();
+        }
     }
     end_all_at_shutdown();
 }
@@ -178,6 +182,7 @@ void EngineCore::wait_for_work() {
 }
 
 void EngineCore::end_all_at_shutdown() {
+    persistence_.commit_staged();
     const Error stopped{ErrorCode::shutting_down, "the engine shut down", {}};
     for (auto& slot : slots_) {
         if (slot.running) delivery_.stop_running(slot, FinishReason::cancelled, stopped);

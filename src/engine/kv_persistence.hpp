@@ -72,9 +72,29 @@ class KvPersistence {
     void save_at_shutdown();
     // Engine::save_slot: the slot's sequence as a store entry, within the store's own limits.
     Result<SlotSnapshot> put(const Slot& slot);
+    // What save_before_losing staged, published into the store. The engine calls it after the
+    // step that follows an admission (so that the new requests' first tokens do not wait on the
+    // store's new memory) and before it idles or stops.
+    void commit_staged();
+    // Publishes the staged saves a lookup for `prompt` could use, before that lookup.
+    void commit_staged_serving(std::span<const Token> prompt);
 
   private:
-    void save(Slot& slot, SaveReason reason);
+    // A sequence's state copied into a reused buffer, its store entry not yet reserved.
+    struct Staged {
+        std::string scope;
+        std::vector<Token> tokens;
+        SaveReason reason = SaveReason::evict;
+        std::int32_t kept_from = 0;
+        std::string session;
+        Bytes bytes;
+    };
+    enum class When { now, staged };
+    void save(Slot& slot, SaveReason reason, When when = When::now);
+    bool stage(Slot& slot, SaveReason reason, std::size_t bytes);
+    void publish(Staged& staged);
+    void trim_spare();
+    Bytes spare_buffer(std::size_t bytes);
     std::int32_t kept_from(const Slot& slot) const;
 
     const StoreSettings settings_;
@@ -83,6 +103,8 @@ class KvPersistence {
     const Scheduler& scheduler_;
     const ReuseModes& modes_;
     Clock::time_point saves_due_{};
+    std::vector<Staged> staged_;
+    std::vector<Bytes> spare_;  // the buffers of published staged saves, for the next ones
 };
 
 }  // namespace llamapp::detail

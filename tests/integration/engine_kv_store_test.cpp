@@ -180,6 +180,33 @@ TEST_F(EngineKvStore, FinishSavesWaitUntilIdleOrUntilTheSlotIsNeeded) {
         test::eventually([&] { return count_reason(*idle_store, SaveReason::finish) == 1; }));
 }
 
+// A slot's state saved on the way to another request is published after that request's first
+// step, unless a request admitted beside it could restore it: then before that one looks.
+TEST_F(EngineKvStore, ASaveStagedAtAdmissionServesARequestAdmittedBesideIt) {
+    const auto a = encode(model(), kStoryA + kStoryB);
+    const auto b = encode(model(), kStoryB + kStoryC);
+    const auto other = encode(model(), kStoryC + kStoryC);
+    const auto extended = concat(a, continuation(kStoryC));
+    SavePolicy p = small_policy();
+    p.on_prefill = false;
+    p.finish_save_delay = std::chrono::hours(1);  // a's finish save waits until its slot goes
+    auto store = open_store();
+    Engine e = make_engine(model(), store, p, /*slots=*/2);
+    const auto first = run(e, a);
+    ASSERT_NE(run(e, b).completion.cache.slot, first.completion.cache.slot);
+    EXPECT_TRUE(store->entries().empty());
+    // `other` takes the least recently used slot, a's; `extended` comes in the same admission.
+    auto both = e.submit_all({request(other, 4), request(extended, 8)});
+    ASSERT_TRUE(both);
+    EXPECT_EQ(drain(both->at(0)).completion.cache.slot, first.completion.cache.slot);
+    const auto x = drain(both->at(1));
+    EXPECT_EQ(x.completion.cache.source, ReuseSource::stored);
+    EXPECT_EQ(x.completion.cache.reused_tokens, static_cast<int>(a.size()));
+    EXPECT_EQ(x.text, cold(extended, 8));
+    // b's state, staged when `extended` took its slot, is published too.
+    EXPECT_TRUE(test::eventually([&] { return count_reason(*store, SaveReason::finish) == 2; }));
+}
+
 TEST_F(EngineKvStore, EachSaveReasonFollowsThePolicy) {
     auto store = open_store();
     const auto a = encode(model(), kStoryA + kStoryB);  // longer than prefill_min_tokens
