@@ -87,7 +87,7 @@ for phase in ("fresh", "repeat"):
     if not mine:
         continue
     print(f"\n{phase} prompts, medians of {max(r['round'] for r in mine)} rounds:\n")
-    head = "| clients | llama-server tok/s | llamapp tok/s | ratio |"
+    head = "| clients | llama-server tok/s | llamapp tok/s | ratio (per round) |"
     if ceiling:
         head += " ceiling tok/s |"
     print(head + " llama-server TTFT p50/p90 ms | llamapp TTFT p50/p90 ms |")
@@ -97,7 +97,15 @@ for phase in ("fresh", "repeat"):
             return statistics.median(r["result"][key] for r in mine
                                      if r["server"] == server and r["result"]["clients"] == n)
         a, b = med("llama-server", "tokens_per_s"), med("llamapp", "tokens_per_s")
-        cells = [f"{n}", f"{a:.1f}", f"{b:.1f}", f"{b/a:.3f}"]
+        # The median of the per-round ratios beside the ratio of the medians: a machine that
+        # drifts between rounds can put the two servers' medians in different rounds.
+        by_round = {}
+        for r in mine:
+            if r["result"]["clients"] == n:
+                by_round.setdefault(r["round"], {})[r["server"]] = r["result"]["tokens_per_s"]
+        per_round = statistics.median(v["llamapp"] / v["llama-server"]
+                                      for v in by_round.values() if len(v) == 2)
+        cells = [f"{n}", f"{a:.1f}", f"{b:.1f}", f"{b/a:.3f} ({per_round:.3f})"]
         if ceiling:
             cells.append(f"{ceiling[n]:.1f}" if n in ceiling else "")
         cells.append(f"{med('llama-server','ttft_p50_ms'):.0f} / {med('llama-server','ttft_p90_ms'):.0f}")
