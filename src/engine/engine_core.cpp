@@ -160,8 +160,9 @@ void EngineCore::wait_for_work() {
     auto until = Clock::time_point::max();
     for (const auto& p : queue_) until = std::min({until, p->queue_deadline, p->deadline});
     if (slots_.any_save_pending()) {
+        // One at a time, so that a request arriving meanwhile waits for one copy, not all.
         if (Clock::now() >= persistence_.saves_due()) {
-            persistence_.take_deferred_saves();
+            persistence_.take_deferred_saves(1);
             return;
         }
         until = std::min(until, persistence_.saves_due());

@@ -142,9 +142,12 @@ void KvPersistence::finished(Slot& slot) {
     }
 }
 
-void KvPersistence::take_deferred_saves() {
+void KvPersistence::take_deferred_saves(std::size_t most) {
     for (auto& s : slots_) {
-        if (std::exchange(s.save_pending, false)) save(s, SaveReason::finish);
+        if (most == 0) return;
+        if (!std::exchange(s.save_pending, false)) continue;
+        save(s, SaveReason::finish);
+        --most;
     }
 }
 
@@ -183,8 +186,8 @@ namespace {
 
 // The most the staged saves and the spare buffers hold together, beside the store's own quota. A
 // save on the admission path copies into a buffer that earlier saves already touched (0.2-0.4 ms
-// for 2 MB) instead of the store's new memory (5 ms on this project's VM: docs/performance.md);
-// larger states are saved directly, where the copy is small beside what computing them took.
+// for 2 MB) instead of the store's new memory (1.3-1.6 ms on this project's VM:
+// docs/performance.md); beyond the bound states are saved directly.
 constexpr std::size_t max_staged_bytes = std::size_t{64} << 20;
 
 std::size_t total_bytes(const std::vector<Bytes>& buffers) {

@@ -3,6 +3,7 @@
 // store's writers do the I/O).
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <span>
 #include <string>
@@ -68,7 +69,8 @@ class KvPersistence {
     void finished(Slot& slot);
     // When the deferred finish saves are due (only meaningful while one is pending).
     Clock::time_point saves_due() const { return saves_due_; }
-    void take_deferred_saves();
+    // Takes up to `most` of the deferred finish saves.
+    void take_deferred_saves(std::size_t most = SIZE_MAX);
     void save_at_shutdown();
     // Engine::save_slot: the slot's sequence as a store entry, within the store's own limits.
     Result<SlotSnapshot> put(const Slot& slot);
