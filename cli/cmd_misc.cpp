@@ -89,23 +89,59 @@ Runner add_embed(CLI::App& app) {
 }
 
 Runner add_devices(CLI::App& app) {
-    auto log_level = std::make_shared<std::string>("warning");
+    struct Flags {
+        std::string log_level = "warning";
+        std::vector<std::string> rpc;
+    };
+    auto flags = std::make_shared<Flags>();
     CLI::App* cmd = app.add_subcommand("devices", "list compute devices");
-    cmd->add_option("--log-level", *log_level, "debug, info, warning, error or none");
-    return [log_level]() -> int {
+    cmd->add_option("--log-level", flags->log_level, "debug, info, warning, error or none");
+    cmd->add_option("--rpc", flags->rpc, "remote devices to list too, host:port,...")
+        ->delimiter(',');
+    return [flags]() -> int {
         LogLevel level = LogLevel::warning;
-        parse_log_level(*log_level, level);
+        parse_log_level(flags->log_level, level);
         set_log_level(level);
-        for (const auto& d : list_devices()) {
-            std::printf("%-10s %-12s %-40s", d.name.c_str(), std::string(to_string(d.type)).c_str(),
-                        d.description.c_str());
-            if (d.memory_total > 0) {
-                std::printf(" %.1f/%.1f GiB free", d.memory_free / 1073741824.0,
-                            d.memory_total / 1073741824.0);
-            }
-            std::printf("\n");
-        }
+        CommonFlags common;
+        common.rpc = flags->rpc;
+        if (auto ok = connect_rpc(common); !ok) return report(ok.error());
+        print_devices();
         return 0;
+    };
+}
+
+Runner add_rpc_server(CLI::App& app) {
+    auto options = std::make_shared<RpcServerOptions>();
+    auto cache = std::make_shared<std::string>();
+    CLI::App* cmd = app.add_subcommand(
+        "rpc-server", "serve this machine's devices to other llamapp processes (ggml RPC)");
+    cmd->add_option("--host,-H", options->host,
+                    "address to listen on; the protocol has NO authentication, so anything but "
+                    "127.0.0.1 lets whoever reaches the port use this machine")
+        ->capture_default_str();
+    cmd->add_option("--port,-p", options->port, "port")->capture_default_str();
+    cmd->add_option("--device,-d", options->devices,
+                    "local devices to serve (names from `llamapp devices`; default: the first GPU, "
+                    "else the CPU)")
+        ->delimiter(',');
+    cmd->add_option("--threads,-t", options->threads, "CPU threads (0: all cores)")
+        ->capture_default_str();
+    cmd->add_option("--cache-dir", *cache,
+                    "keep tensors received once here, by hash, so that a model sent again loads "
+                    "from disk");
+    return [options, cache]() -> int {
+        options->cache_dir = *cache;
+        if (options->host != "127.0.0.1" && options->host != "localhost") {
+            std::fprintf(stderr,
+                         "llamapp rpc-server: WARNING: listening on %s. The RPC protocol has no "
+                         "authentication and no encryption: anyone who can reach this port can "
+                         "run work on this machine and read what it holds. Use it only on a "
+                         "network you trust.\n",
+                         options->host.c_str());
+        }
+        std::fflush(stdout);
+        auto ok = run_rpc_server(*options);
+        return report(ok.error());
     };
 }
 

@@ -207,6 +207,12 @@ Result<Engine> make_engine(const RunFlags& flags, const Model& model, const Chat
 }
 
 int run(RunFlags& flags) {
+    apply_log_level(flags.common);
+    if (auto ok = connect_rpc(flags.common); !ok) return report(ok.error());
+    if (flags.common.list_devices) {
+        print_devices();
+        return 0;
+    }
     if (auto ok = take_words(flags); !ok) return report(ok.error());
     if (flags.raw && flags.chat)
         return report(Error{ErrorCode::invalid_argument, "--raw and --chat exclude each other"});

@@ -440,6 +440,11 @@ void keep_large_buffers_out_of_arenas() {
 
 int serve(const std::shared_ptr<ServeFlags>& flags) {
     apply_log_level(flags->common);
+    if (auto ok = connect_rpc(flags->common); !ok) return report(ok.error());
+    if (flags->common.list_devices) {
+        print_devices();
+        return 0;
+    }
     keep_large_buffers_out_of_arenas();
     auto options = server_options(*flags);
     if (!options) return report(options.error());

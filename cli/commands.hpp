@@ -15,6 +15,7 @@ Runner add_info(CLI::App& app);
 Runner add_tokenize(CLI::App& app);
 Runner add_embed(CLI::App& app);
 Runner add_devices(CLI::App& app);
+Runner add_rpc_server(CLI::App& app);
 Runner add_cache_command(CLI::App& app);
 Runner add_ps(CLI::App& app);
 Runner add_stop(CLI::App& app);

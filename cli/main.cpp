@@ -26,6 +26,7 @@ int main(int argc, char** argv) {
         {"tokenize", add_tokenize(app)},
         {"embed", add_embed(app)},
         {"devices", add_devices(app)},
+        {"rpc-server", add_rpc_server(app)},
         {"cache", add_cache_command(app)},
         {"ps", add_ps(app)},
         {"stop", add_stop(app)},

@@ -40,11 +40,37 @@ void add_common(CLI::App& app, CommonFlags& flags, bool several_models) {
     add_llama_option(app, "--n-gpu-layers", flags.n_gpu_layers,
                      "layers to offload to GPUs (-ngl; -1, all or auto = all)")
         ->transform(CLI::Transformer({{"all", "-1"}, {"auto", "-1"}}));
+    add_placement(app, flags);
+    add_llama_option(app, "--rpc", flags.rpc,
+                     "remote devices: llamapp rpc-server (or llama.cpp rpc-server) endpoints, "
+                     "host:port,... (their protocol has no authentication: trusted networks only)")
+        ->delimiter(',');
+    add_llama_switch(app, "--list-devices", flags.list_devices,
+                     "print the devices (with --rpc's) and exit");
     app.add_flag("--no-mmap", flags.no_mmap, "read the model into memory instead of mapping it");
     add_llama_option(app, "--load-mode", flags.load_mode,
                      "auto or mmap: map the model file; none: read it into memory; mlock or "
                      "mmap+mlock: the same, locked in RAM")
         ->check(CLI::IsMember({"auto", "mmap", "none", "mlock", "mmap+mlock"}));
+}
+
+void add_placement(CLI::App& app, CommonFlags& flags) {
+    add_llama_option(app, "--device", flags.devices,
+                     "devices for the layers, in order (-dev; names from `llamapp devices`; "
+                     "none: the CPU only; default: every GPU and RPC device)")
+        ->delimiter(',');
+    add_llama_option(app, "--split-mode", flags.split_mode,
+                     "how layers spread over several devices (-sm): none (main GPU only), layer, "
+                     "row or tensor")
+        ->check(CLI::IsMember({"none", "layer", "row", "tensor"}))
+        ->capture_default_str();
+    add_llama_option(app, "--tensor-split", flags.tensor_split,
+                     "each device's share of the model, e.g. 3,1 (-ts)")
+        ->delimiter(',');
+    add_llama_option(
+        app, "--main-gpu", flags.main_gpu,
+        "the device (an index into the devices) that holds the model with -sm none (-mg)")
+        ->capture_default_str();
 }
 
 void add_context(CLI::App& app, ContextFlags& flags) {
@@ -183,14 +209,46 @@ Result<fs::path> demo_model() {
 ModelOptions model_options(const CommonFlags& flags) {
     ModelOptions options;
     options.n_gpu_layers = flags.n_gpu_layers;
+    options.devices = flags.devices;
+    options.split_mode = flags.split_mode == "none"     ? SplitMode::none
+                         : flags.split_mode == "row"    ? SplitMode::row
+                         : flags.split_mode == "tensor" ? SplitMode::tensor
+                                                        : SplitMode::layer;
+    options.tensor_split = flags.tensor_split;
+    options.main_gpu = flags.main_gpu;
     const std::string& mode = flags.load_mode;
     options.use_mmap = !flags.no_mmap && (mode == "auto" || mode.starts_with("mmap"));
     options.use_mlock = mode.ends_with("mlock");
     return options;
 }
 
+Result<void> connect_rpc(const CommonFlags& flags) {
+    if (flags.rpc.empty()) return {};
+    auto added = add_rpc_servers(flags.rpc);
+    if (!added) return std::unexpected(added.error());
+    return {};
+}
+
+void print_devices() {
+    for (const auto& d : list_devices()) {
+        std::printf("%-10s %-12s %-8s %-32s", d.name.c_str(),
+                    std::string(to_string(d.type)).c_str(), d.backend.c_str(),
+                    d.description.c_str());
+        if (d.memory_total > 0) {
+            std::printf(" %.1f/%.1f GiB free", d.memory_free / 1073741824.0,
+                        d.memory_total / 1073741824.0);
+        }
+        std::printf("\n");
+    }
+    std::string order;
+    for (const auto& d : offload_devices()) order += (order.empty() ? "" : ", ") + d.name;
+    std::printf("layers go to: %s\n",
+                order.empty() ? "the CPU only" : (order + ", then the CPU").c_str());
+}
+
 Result<Model> load_model(const CommonFlags& flags, bool vocab_only) {
     apply_log_level(flags);
+    if (auto ok = connect_rpc(flags); !ok) return std::unexpected(ok.error());
     std::string given = flags.model_path;
     auto refs = hub_refs(flags);
     if (!refs) return std::unexpected(refs.error());

@@ -22,6 +22,14 @@ struct CommonFlags {
     int verbosity = -1;    // -lv N, llama.cpp's threshold (0-1 error ... 4 debug); -1 unset
     bool log_disable = false;
     int n_gpu_layers = -1;
+    // Placement, with llama-server's flags: -dev, -sm, -ts, -mg; --rpc registers remote devices
+    // for the whole process, --list-devices prints them all and exits.
+    std::vector<std::string> devices;
+    std::string split_mode = "layer";
+    std::vector<float> tensor_split;
+    int main_gpu = 0;
+    std::vector<std::string> rpc;
+    bool list_devices = false;
     bool no_mmap = false;
     std::string load_mode = "auto";  // llama.cpp's --load-mode
 };
@@ -69,6 +77,13 @@ void apply_log_level(const CommonFlags& flags);
 // saying what to pass when there is none.
 Result<std::filesystem::path> demo_model();
 ModelOptions model_options(const CommonFlags& flags);
+// --rpc: the remote devices joined to this process (network_error naming a server that does not
+// answer). Before any model loads.
+[[nodiscard]] Result<void> connect_rpc(const CommonFlags& flags);
+// Every device, one line each (`llamapp devices`, --list-devices).
+void print_devices();
+// -dev, -sm, -ts and -mg (a preset section takes them too).
+void add_placement(CLI::App& app, CommonFlags& flags);
 void add_context(CLI::App& app, ContextFlags& flags);
 void add_sampling(CLI::App& app, SamplingFlags& flags);
 // --grammar, --grammar-file and --json-schema (a CLI run's; a server's requests bring theirs).

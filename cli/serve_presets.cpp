@@ -17,7 +17,8 @@ namespace {
 
 constexpr const char* honoured =
     "model, hf-repo, hf-file, alias, tags, ctx-size, batch-size, ubatch-size, threads, "
-    "threads-batch, flash-attn, cache-type-k, cache-type-v, n-gpu-layers, load-mode, parallel, "
+    "threads-batch, flash-attn, cache-type-k, cache-type-v, n-gpu-layers, device, split-mode, "
+    "tensor-split, main-gpu, load-mode, parallel, "
     "keep-alive, sleep-idle-seconds, embeddings, pooling, chat-template, chat-template-file, "
     "jinja, reasoning, reasoning-format, reasoning-budget, reasoning-budget-message, "
     "prefill-assistant, kv-unified, "
@@ -56,6 +57,7 @@ Result<void> apply(const common_preset& preset, Section& into, const std::string
     add_llama_option(app, "--n-gpu-layers", f.common.n_gpu_layers, "")
         ->transform(CLI::Transformer({{"all", "-1"}, {"auto", "-1"}}));
     add_llama_option(app, "--load-mode", f.common.load_mode, "");
+    add_placement(app, f.common);
     app.add_flag("--no-mmap", f.common.no_mmap);
     app.add_flag_callback("--mmap", [&f] { f.common.no_mmap = false; });
     add_llama_option(app, "--alias", into.aliases, "")->delimiter(',');

@@ -54,12 +54,25 @@ if(LLAMAPP_SHARED)
   llamapp_install_merged_archive(libllamapp-server.a llamapp-server cpp-httplib)
 else()
   llamapp_install_merged_archive(libllamapp.a
-    ${LLAMAPP_LAYERS} llama-common llama-common-base cpp-httplib llama ggml ggml-cpu ggml-base)
+    ${LLAMAPP_LAYERS} llama-common llama-common-base cpp-httplib llama ggml
+    ${LLAMAPP_GGML_BACKEND_TARGETS} ggml-base)
   llamapp_install_merged_archive(libllamapp-server.a llamapp-server)
   set(LLAMAPP_LIBRARY_FILE "libllamapp.a")
 endif()
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/llamapp DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 
+# What a consumer links beside the archive for the backend it was built with.
+set(LLAMAPP_BACKEND_LINK "")
+set(LLAMAPP_BACKEND_DEPENDENCY "")
+if(LLAMAPP_BACKEND_RESOLVED STREQUAL "cuda")
+  set(LLAMAPP_BACKEND_DEPENDENCY "CUDAToolkit")
+  set(LLAMAPP_BACKEND_LINK "CUDA::cudart;CUDA::cublas;CUDA::cuda_driver")
+elseif(LLAMAPP_BACKEND_RESOLVED STREQUAL "vulkan")
+  set(LLAMAPP_BACKEND_DEPENDENCY "Vulkan")
+  set(LLAMAPP_BACKEND_LINK "Vulkan::Vulkan")
+elseif(LLAMAPP_BACKEND_RESOLVED STREQUAL "metal")
+  set(LLAMAPP_BACKEND_LINK "-framework Foundation;-framework Metal;-framework MetalKit;-framework Accelerate")
+endif()
 set(_cmake_dir ${CMAKE_INSTALL_LIBDIR}/cmake/llamapp)
 configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/llamappConfig.cmake.in
   ${PROJECT_BINARY_DIR}/llamappConfig.cmake INSTALL_DESTINATION ${_cmake_dir}

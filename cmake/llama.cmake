@@ -47,9 +47,10 @@ set(GGML_CCACHE ON CACHE BOOL "" FORCE)
 # engine's decode thread next to another decoding thread (a second model, a Context) slowed both
 # threefold on this 2-core machine; with per-context pools they run at full speed.
 set(GGML_OPENMP OFF CACHE BOOL "" FORCE)
+include(${CMAKE_CURRENT_LIST_DIR}/backend.cmake)
 
 add_subdirectory(${LLAMAPP_LLAMA_DIR} ${CMAKE_BINARY_DIR}/llama.cpp EXCLUDE_FROM_ALL SYSTEM)
-foreach(_t ggml ggml-base ggml-cpu llama llama-common llama-common-base)
+foreach(_t ggml ggml-base ${LLAMAPP_GGML_BACKEND_TARGETS} llama llama-common llama-common-base)
   if(TARGET ${_t})
     set_target_properties(${_t} PROPERTIES POSITION_INDEPENDENT_CODE ON)
   endif()

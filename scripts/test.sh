@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sets everything up (scripts/setup.sh) and runs every test with ctest.
-#   scripts/test.sh                      the normal Release build in build/
+#   scripts/test.sh                      the normal Release build in build/ (LLAMAPP_BACKEND:
+#                                        scripts/setup.sh; a GPU backend tests in build-<backend>/)
 #   scripts/test.sh --sanitize address   a separate AddressSanitizer build in build-asan/
 #   scripts/test.sh --sanitize thread    a separate ThreadSanitizer build in build-tsan/
 # Extra arguments after -- go to ctest (e.g. -- -R Golden).
@@ -17,8 +18,10 @@ while [ $# -gt 0 ]; do
   esac
 done
 
+# shellcheck source=backend.sh
+source "$root/scripts/backend.sh"
 if [ -n "$sanitize" ]; then
-  export LLAMAPP_BUILD_DIR=${LLAMAPP_BUILD_DIR:-$root/build-${sanitize:0:1}san}
+  export LLAMAPP_BUILD_DIR=${LLAMAPP_BUILD_DIR:-$root/build-${sanitize:0:1}san$backend_suffix}
   # AddressSanitizer: Release, as the normal build, so that llama.cpp (not instrumented, see
   # CMakeLists.txt) comes from the same ccache entries.
   if [ "$sanitize" = address ]; then build_type=Release; else build_type=RelWithDebInfo; fi
@@ -28,6 +31,7 @@ if [ -n "$sanitize" ]; then
   export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
   export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1:suppressions=$root/tests/tsan.supp}
 fi
+export LLAMAPP_BUILD_DIR=${LLAMAPP_BUILD_DIR:-$root/build$backend_suffix}
 "$root/scripts/setup.sh"
 # The official OpenAI, Anthropic and Ollama Node libraries for the server's end-to-end tests,
 # pinned by their lock file.

@@ -38,6 +38,7 @@ enum class ErrorCode {
     rate_limited,           // a remote service asked to retry later (context: seconds to wait)
     network_error,          // a remote service could not be reached or broke off
     checksum_mismatch,      // downloaded bytes differ from the digest the source published
+    device_lost,            // a device the model is placed on (an RPC server) went away
 };
 
 // Stable snake_case name of a code, e.g. "file_not_found".

@@ -20,13 +20,18 @@ struct ModelState;
 struct Internals;
 }  // namespace detail
 
-enum class SplitMode { none, layer, row };
+// How layers spread over several devices: none (main_gpu holds them), by layer, by row (tensor
+// parallelism where the backend has it), or tensor (llama.cpp's meta device over all of them).
+enum class SplitMode { none, layer, row, tensor };
 
 struct ModelOptions {
     int n_gpu_layers = -1;  // layers to offload to GPUs; -1 = all (no effect without a GPU)
     SplitMode split_mode = SplitMode::layer;
-    int main_gpu = 0;                 // device index when split_mode is none
-    std::vector<float> tensor_split;  // share per offload device; at most offload_device_count()
+    // The devices the layers go to, by the names list_devices() gives ("RPC0", "CUDA0"), in the
+    // order main_gpu and tensor_split index; empty: offload_devices(); {"none"}: the CPU only.
+    std::vector<std::string> devices;
+    int main_gpu = 0;                 // index into the devices when split_mode is none
+    std::vector<float> tensor_split;  // a share per device, at most one per device
     bool use_mmap = true;
     bool use_mlock = false;
     bool vocab_only = false;  // tokenizer and metadata only, no weights

@@ -227,6 +227,11 @@ Result<void> ContextState::decode(const llama_batch& batch, const CancellationTo
     abort.token.store(nullptr, std::memory_order_release);
     abort.stop.store(nullptr, std::memory_order_release);
     abort.deadline_ns.store(0, std::memory_order_relaxed);
+    // A lost RPC server: what this decode read back is void, whatever llama.cpp returned.
+    if (auto lost = model_state(model).rpc.lost()) {
+        return fail(ErrorCode::device_lost,
+                    "the RPC server holding part of the model went away; reload the model", *lost);
+    }
     switch (rc) {
         case 0:
             return {};

@@ -60,6 +60,8 @@ std::string_view to_string(ErrorCode code) {
             return "network_error";
         case ErrorCode::checksum_mismatch:
             return "checksum_mismatch";
+        case ErrorCode::device_lost:
+            return "device_lost";
     }
     return "unknown";
 }

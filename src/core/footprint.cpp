@@ -77,8 +77,8 @@ Result<Footprint> estimate_footprint(const std::filesystem::path& path, const Mo
     if (auto ok = detail::validate_context_options(header, context); !ok)
         return std::unexpected(ok.error());
 
-    std::vector<float> split;
-    llama_model_params mparams = detail::model_params(model, split);
+    detail::ModelParamsStorage storage;
+    llama_model_params mparams = detail::model_params(model, storage);
     mparams.progress_callback = nullptr;
     llama_context_params cparams = detail::context_params(header, context);
     std::vector<ggml_backend_dev_t> devices;

@@ -2,6 +2,7 @@
 // that an estimate describes exactly what a load would allocate.
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "llama.h"
@@ -11,8 +12,18 @@
 namespace llamapp::detail {
 
 [[nodiscard]] Result<void> validate_model_options(const ModelOptions& options);
-// `split` holds tensor_split's storage for as long as the returned parameters are used.
-llama_model_params model_params(const ModelOptions& options, std::vector<float>& split);
+
+// What llama_model_params points into: alive for as long as the parameters are used.
+struct ModelParamsStorage {
+    std::vector<float> split;
+    std::vector<ggml_backend_dev_t> devices;  // null-terminated
+};
+// Call validate_model_options first: the device names are taken as valid.
+llama_model_params model_params(const ModelOptions& options, ModelParamsStorage& storage);
+
+// The host:port of every RPC server the options place layers on (by name, or through llama.cpp's
+// default list).
+std::vector<std::string> rpc_endpoints(const ModelOptions& options);
 
 // `info` may be partial (only what the GGUF header says): checks that need more are skipped.
 [[nodiscard]] Result<void> validate_context_options(const ModelInfo& info,

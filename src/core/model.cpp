@@ -11,6 +11,7 @@
 #include "core/llama_params.hpp"
 #include "core/log_internal.hpp"
 #include "core/model_state.hpp"
+#include "core/rpc_internal.hpp"
 #include "llamapp/backend.hpp"
 #include "llamapp/fingerprint.hpp"
 
@@ -25,6 +26,8 @@ llama_split_mode to_llama(SplitMode m) {
             return LLAMA_SPLIT_MODE_LAYER;
         case SplitMode::row:
             return LLAMA_SPLIT_MODE_ROW;
+        case SplitMode::tensor:
+            return LLAMA_SPLIT_MODE_TENSOR;
     }
     return LLAMA_SPLIT_MODE_LAYER;
 }
@@ -33,12 +36,46 @@ llama_split_mode to_llama(SplitMode m) {
 
 namespace detail {
 
+namespace {
+
+bool names_no_device(const ModelOptions& o) {
+    return o.devices.size() == 1 && o.devices.front() == "none";
+}
+
+// The devices named, checked the way llama.cpp's --device is: offload devices only, each once.
+Result<void> validate_devices(const std::vector<std::string>& names) {
+    if (names.size() == 1 && names.front() == "none") return {};
+    std::string known;
+    for (const DeviceInfo& d : offload_devices()) known += (known.empty() ? "" : ", ") + d.name;
+    for (std::size_t i = 0; i < names.size(); ++i) {
+        const std::string& name = names[i];
+        ggml_backend_dev_t dev = ggml_backend_dev_by_name(name.c_str());
+        if (name == "none" || !dev || ggml_backend_dev_type(dev) == GGML_BACKEND_DEVICE_TYPE_CPU ||
+            ggml_backend_dev_type(dev) == GGML_BACKEND_DEVICE_TYPE_ACCEL) {
+            return fail(ErrorCode::invalid_argument,
+                        fmt::format("{} is not a device layers can be placed on (this process has: "
+                                    "{}; \"none\" alone keeps every layer on the CPU)",
+                                    name, known.empty() ? "none" : known),
+                        "devices");
+        }
+        if (std::find(names.begin(), names.begin() + static_cast<std::ptrdiff_t>(i), name) !=
+            names.begin() + static_cast<std::ptrdiff_t>(i))
+            return fail(ErrorCode::invalid_argument, "a device is named twice", name);
+    }
+    return {};
+}
+
+}  // namespace
+
 Result<void> validate_model_options(const ModelOptions& o) {
     if (o.n_gpu_layers < -1) {
         return fail(ErrorCode::invalid_argument, "n_gpu_layers must be -1 (all) or >= 0",
                     "n_gpu_layers=" + std::to_string(o.n_gpu_layers));
     }
-    const std::size_t n_offload = offload_device_count();
+    if (auto ok = validate_devices(o.devices); !ok) return ok;
+    const std::size_t n_offload = names_no_device(o)  ? 0
+                                  : o.devices.empty() ? offload_device_count()
+                                                      : o.devices.size();
     if (o.main_gpu < 0 || (n_offload > 0 && static_cast<std::size_t>(o.main_gpu) >= n_offload) ||
         (n_offload == 0 && o.main_gpu != 0)) {
         return fail(
@@ -64,14 +101,22 @@ Result<void> validate_model_options(const ModelOptions& o) {
     return {};
 }
 
-llama_model_params model_params(const ModelOptions& options, std::vector<float>& split) {
+llama_model_params model_params(const ModelOptions& options, ModelParamsStorage& storage) {
     llama_model_params params = llama_model_default_params();
     params.n_gpu_layers = options.n_gpu_layers;
     params.split_mode = to_llama(options.split_mode);
     params.main_gpu = options.main_gpu;
-    split.assign(llama_max_devices(), 0.0f);
-    std::copy(options.tensor_split.begin(), options.tensor_split.end(), split.begin());
-    params.tensor_split = options.tensor_split.empty() ? nullptr : split.data();
+    storage.split.assign(llama_max_devices(), 0.0f);
+    std::copy(options.tensor_split.begin(), options.tensor_split.end(), storage.split.begin());
+    params.tensor_split = options.tensor_split.empty() ? nullptr : storage.split.data();
+    storage.devices.clear();
+    if (!options.devices.empty()) {
+        if (!names_no_device(options))
+            for (const std::string& name : options.devices)
+                storage.devices.push_back(ggml_backend_dev_by_name(name.c_str()));
+        storage.devices.push_back(nullptr);
+        params.devices = storage.devices.data();
+    }
     if (options.use_mmap) {
         params.load_mode = options.use_mlock ? LLAMA_LOAD_MODE_MMAP_MLOCK : LLAMA_LOAD_MODE_MMAP;
     } else {
@@ -79,6 +124,26 @@ llama_model_params model_params(const ModelOptions& options, std::vector<float>&
     }
     params.vocab_only = options.vocab_only;
     return params;
+}
+
+std::vector<std::string> rpc_endpoints(const ModelOptions& options) {
+    std::vector<std::string> endpoints;
+    if (names_no_device(options) || options.n_gpu_layers == 0 || options.vocab_only)
+        return endpoints;
+    auto add = [&](const DeviceInfo& d) {
+        if (d.backend == "RPC" &&
+            std::find(endpoints.begin(), endpoints.end(), d.description) == endpoints.end())
+            endpoints.push_back(d.description);
+    };
+    if (options.devices.empty()) {
+        for (const DeviceInfo& d : offload_devices()) add(d);
+    } else {
+        for (const DeviceInfo& d : list_devices())
+            if (std::find(options.devices.begin(), options.devices.end(), d.name) !=
+                options.devices.end())
+                add(d);
+    }
+    return endpoints;
 }
 
 }  // namespace detail
@@ -222,8 +287,10 @@ Result<Model> Model::load(const std::filesystem::path& path, const ModelOptions&
     if (arch == "dream" || arch == "llada" || arch == "llada-moe" || arch == "rnd1")
         return fail(ErrorCode::unsupported_model, "diffusion models are not supported", arch);
 
-    std::vector<float> split;
-    llama_model_params params = detail::model_params(options, split);
+    detail::ModelParamsStorage storage;
+    llama_model_params params = detail::model_params(options, storage);
+    // Watched from before the load: a server lost while the weights go out voids them too.
+    detail::RpcWatch rpc(detail::rpc_endpoints(options));
     ProgressState progress{&options.progress};
     if (options.progress) {
         params.progress_callback = progress_trampoline;
@@ -242,6 +309,12 @@ Result<Model> Model::load(const std::filesystem::path& path, const ModelOptions&
         return std::unexpected(load_failure(path, *summary, options, capture, progress.cancelled));
     auto state = std::make_shared<detail::ModelState>();
     state->model.reset(raw);
+    if (auto lost = rpc.lost()) {
+        return fail(ErrorCode::device_lost,
+                    "the RPC server the model was being placed on went away during the load",
+                    *lost);
+    }
+    state->rpc = std::move(rpc);
     state->vocab = llama_model_get_vocab(raw);
 
     if (llama_model_has_encoder(raw) && llama_model_has_decoder(raw)) {

@@ -3,6 +3,7 @@
 
 #include <memory>
 
+#include "core/rpc_internal.hpp"
 #include "llama.h"
 #include "llamapp/model.hpp"
 
@@ -16,6 +17,7 @@ struct ModelState {
     std::unique_ptr<llama_model, LlamaModelDeleter> model;
     const llama_vocab* vocab = nullptr;  // owned by model
     ModelInfo info;
+    RpcWatch rpc;  // the RPC servers the layers are on: a lost one voids every decode after it
 };
 
 }  // namespace llamapp::detail

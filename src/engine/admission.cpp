@@ -17,6 +17,14 @@ RequestView EngineCore::request_view(const Pending& pending) const {
 }
 
 void EngineCore::admit() {
+    if (const auto& lost = executor_.lost()) {  // nothing can run any more: each request says why
+        for (auto& pending : queue_) {
+            dequeued(*pending);
+            delivery_.stop_queued(std::move(pending), *lost);
+        }
+        queue_.clear();
+        return;
+    }
     // A request preempted under KV pressure waits for room that new work would take.
     if (slots_.any_preempted()) return;
     for (auto it = queue_.begin(); it != queue_.end();) {

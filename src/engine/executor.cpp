@@ -158,6 +158,7 @@ void Executor::process_rows(std::size_t begin, std::size_t end) {
         return;
     }
     const ErrorCode code = ok.error().code;
+    if (code == ErrorCode::device_lost) return lose_device(ok.error());
     if (code == ErrorCode::context_overflow) {
         metrics_.kv_pressure->inc();
         return relieve_pressure(begin, end);
@@ -218,6 +219,17 @@ void Executor::rollback(std::size_t begin, std::size_t end, const Error& error,
             else
                 delivery_.stop_running(s, FinishReason::error, error);
         }
+    }
+}
+
+// Every request fails with the error and every slot forgets what it held: the cache on the lost
+// device reads back as zeros, so nothing of it is saved or reused.
+void Executor::lose_device(const Error& error) {
+    lost_ = error;
+    persistence_.stop_saving();
+    for (auto& s : slots_) {
+        if (s.running) delivery_.stop_running(s, FinishReason::error, error);
+        slots_.clear(s);
     }
 }
 

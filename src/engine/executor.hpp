@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -30,6 +31,9 @@ class Executor {
     void step(std::size_t queue_depth);
     // Any thread: aborts a decode in flight and every later one (shutdown).
     void interrupt() { stop_decoding_.cancel(); }
+    // Decode thread: the error every request gets once a device holding part of the model was
+    // lost (a dead RPC server); nullopt while none was.
+    const std::optional<Error>& lost() const { return lost_; }
 
   private:
     void run_step(std::size_t queue_depth);
@@ -42,6 +46,7 @@ class Executor {
     void relieve_pressure(std::size_t begin, std::size_t end);
     void drop_drafts(std::size_t begin, std::size_t end);
     void rollback(std::size_t begin, std::size_t end, const Error& error, bool fail_requests);
+    void lose_device(const Error& error);
     // Samples output `batch_index` for the slot's request and streams the piece; true when the
     // reply is finished (the caller completes it).
     bool sample(Slot& slot, int batch_index);
@@ -68,6 +73,7 @@ class Executor {
     SequentialSplit split_;
     std::vector<SequenceRows> call_;
     CancellationToken stop_decoding_;
+    std::optional<Error> lost_;
 
     StepPlan plan_;  // this step's rows
     std::vector<Row>& rows_ = plan_.rows;

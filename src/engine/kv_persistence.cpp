@@ -164,7 +164,7 @@ std::int32_t KvPersistence::kept_from(const Slot& slot) const {
 void KvPersistence::save(Slot& slot, SaveReason reason, When when) {
     const StoreSettings& p = settings_;
     const auto held = slots_.held(slot);
-    if (!p.store || held.size() < static_cast<std::size_t>(p.policy.min_tokens)) return;
+    if (!p.store || stopped_ || held.size() < static_cast<std::size_t>(p.policy.min_tokens)) return;
     const KvNamespace ns = p.ns_for(slot.scope);
     if (p.store->covers(ns, held, p.lookup.match)) return;
     const std::size_t bytes = memory_.snapshot_size(slot.seq);
@@ -263,24 +263,34 @@ void KvPersistence::trim_spare() {
 }
 
 void KvPersistence::commit_staged() {
+    if (staged_.empty()) return;  // called after every step: nothing to trim either
     for (auto& s : staged_) publish(s);
     staged_.clear();
     trim_spare();
 }
 
 void KvPersistence::commit_staged_serving(std::span<const Token> prompt) {
+    if (staged_.empty()) return;
     const auto min_tokens = settings_.lookup.min_tokens;
     std::erase_if(staged_, [&](Staged& s) {
-        const auto [a, b] = std::ranges::mismatch(s.tokens, prompt);
-        if (static_cast<std::size_t>(a - s.tokens.begin()) < min_tokens) return false;
+        const auto shared = std::ranges::mismatch(s.tokens, prompt).in1 - s.tokens.begin();
+        if (static_cast<std::size_t>(shared) < min_tokens) return false;
         publish(s);
         return true;
     });
     trim_spare();
 }
 
+void KvPersistence::stop_saving() {
+    stopped_ = true;
+    staged_.clear();
+    spare_.clear();
+    for (auto& s : slots_) s.save_pending = false;
+}
+
 Result<SlotSnapshot> KvPersistence::put(const Slot& slot) {
     const StoreSettings& p = settings_;
+    if (stopped_) return fail(ErrorCode::device_lost, "the device holding the KV cache went away");
     SlotSnapshot out{.slot = slot.seq,
                      .tokens = slots_.held_copy(slot),
                      .bytes = memory_.snapshot_size(slot.seq)};

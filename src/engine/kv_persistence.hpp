@@ -80,6 +80,9 @@ class KvPersistence {
     void commit_staged();
     // Publishes the staged saves a lookup for `prompt` could use, before that lookup.
     void commit_staged_serving(std::span<const Token> prompt);
+    // The device holding the cache is gone (ErrorCode::device_lost): what it held reads back as
+    // zeros, so nothing is saved from now on and the saves staged before are dropped.
+    void stop_saving();
 
   private:
     // A sequence's state copied into a reused buffer, its store entry not yet reserved.
@@ -107,6 +110,7 @@ class KvPersistence {
     Clock::time_point saves_due_{};
     std::vector<Staged> staged_;
     std::vector<Bytes> spare_;  // the buffers of published staged saves, for the next ones
+    bool stopped_ = false;      // stop_saving()
 };
 
 }  // namespace llamapp::detail

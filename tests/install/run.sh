@@ -22,6 +22,8 @@ if find "$prefix/include" -name 'llama*.h' | grep -q .; then fail "llama.cpp hea
 # A consumer project that knows nothing of the llamapp tree: the examples, on their own.
 cmake -S "$source/examples" -B "$work/consumer" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_PREFIX_PATH="$prefix" >"$work/configure.log" 2>&1 || fail "configure: $(cat "$work/configure.log")"
+# The package says which backends the library holds (RPC is in every build).
+grep -q "llamapp: backends .*rpc" "$work/configure.log" || fail "the package names no backends"
 cmake --build "$work/consumer" >"$work/build.log" 2>&1 || fail "build: $(tail -30 "$work/build.log")"
 out=$("$work/consumer/examples/generate" "$stories" "Once upon a time" 2>/dev/null)
 [[ $out == ", there was a little girl named Lily."* ]] || fail "the consumer's generate printed: $out"

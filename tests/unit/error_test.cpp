@@ -21,6 +21,8 @@ TEST(Error, CodesHaveStableNames) {
     EXPECT_EQ(to_string(ErrorCode::checksum_mismatch), "checksum_mismatch");
     EXPECT_EQ(static_cast<int>(ErrorCode::shutting_down), 22);
     EXPECT_EQ(static_cast<int>(ErrorCode::checksum_mismatch), 28);
+    EXPECT_EQ(to_string(ErrorCode::device_lost), "device_lost");
+    EXPECT_EQ(static_cast<int>(ErrorCode::device_lost), 29);
 }
 
 TEST(Error, FailBuildsUnexpected) {

@@ -120,6 +120,10 @@ const ChatTemplate& chat_template_of(const ModelLease& lease);
 
 std::int64_t unix_now();  // seconds since the epoch, as OpenAI's "created" fields count
 
+// Every device (llamapp::list_devices()): name, type, backend, description, memory total and
+// free, for /health and /props.
+nlohmann::json devices_json();
+
 // A finished generation's part of its access-log line.
 std::string log_fields(const Completion& c);
 

@@ -4,6 +4,7 @@
 
 #include <chrono>
 
+#include "llamapp/backend.hpp"
 #include "server/common/server_state.hpp"
 
 namespace llamapp::detail {
@@ -24,6 +25,18 @@ std::string error_param(const Error& e, bool chat) {
 }
 
 }  // namespace
+
+nlohmann::json devices_json() {
+    nlohmann::json out = nlohmann::json::array();
+    for (const DeviceInfo& d : list_devices())
+        out.push_back({{"name", d.name},
+                       {"type", to_string(d.type)},
+                       {"backend", d.backend},
+                       {"description", d.description},
+                       {"memory_total", d.memory_total},
+                       {"memory_free", d.memory_free}});
+    return out;
+}
 
 std::int64_t unix_now() {
     return std::chrono::duration_cast<std::chrono::seconds>(

@@ -60,6 +60,7 @@ HttpError http_error(const Error& error, std::string param, std::string code) {
         case ErrorCode::shutting_down:
         case ErrorCode::insufficient_memory:
         case ErrorCode::model_unavailable:
+        case ErrorCode::device_lost:
             h.status = 503;
             h.type = "server_error";
             break;

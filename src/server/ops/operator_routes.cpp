@@ -26,7 +26,8 @@ void OperatorRoutes::health(httplib::Response& res) const {
                  {"slots", slots},
                  {"busy_slots", busy},
                  {"queued_requests", queued},
-                 {"models", std::move(listed)}};
+                 {"models", std::move(listed)},
+                 {"devices", devices_json()}};
     if (auto lease = state_.models.acquire_if_ready(""); lease && lease->capabilities().generate)
         body["prefix_reuse"] = lease->engine().reuse_modes().describe();
     res.status = ready ? 200 : 503;

@@ -282,7 +282,8 @@ json props_json(const ServerOptions& options, const std::string& id,
             {"endpoint_metrics", true},
             {"ui", false},
             {"build_info", llama_build_tag()},
-            {"is_sleeping", sleeping}};
+            {"is_sleeping", sleeping},
+            {"devices", devices_json()}};
 }
 
 }  // namespace
