@@ -83,8 +83,8 @@ void add_serve_options(CLI::App& cmd, ServeFlags& flags) {
                      "load a model a request names when it is not loaded (--no-models-autoload: "
                      "answer 400 until POST /models/load loads it)");
     cmd.add_option("--memory-budget", flags.memory_budget,
-                   "RAM the models may take, e.g. 8G (default: what is available at start, "
-                   "less 256M)");
+                   "memory the models may take: RAM, e.g. 8G, and per device, e.g. "
+                   "8G,CUDA0=20G (default: what is free at start, less 256M)");
     cmd.add_flag("--unload-idle", flags.unload_idle,
                  "unload least recently used idle models when a load would not fit");
     add_llama_switch(cmd, "--slots", s.slots_route, "serve GET /slots (--no-slots: do not)");
@@ -271,10 +271,16 @@ Result<ModelManagerOptions> manager_options(const ServeFlags& flags,
     if (!keep) return std::unexpected(keep.error());
     mo.keep_alive = *keep;
     mo.hub = hub_options(flags.common.offline, false);  // the manager logs a pull's progress
-    if (!flags.memory_budget.empty()) {
-        auto bytes = parse_size(flags.memory_budget, "--memory-budget");
+    // "8G" is the host's budget; "CUDA0=20G" a device's, by the name `llamapp devices` gives.
+    std::stringstream items(flags.memory_budget);
+    for (std::string item; std::getline(items, item, ',');) {
+        const auto eq = item.find('=');
+        const std::string device = eq == std::string::npos ? std::string(host_device)
+                                                           : item.substr(0, eq);
+        auto bytes = parse_size(eq == std::string::npos ? item : item.substr(eq + 1),
+                                "--memory-budget");
         if (!bytes) return std::unexpected(bytes.error());
-        mo.memory_budget[std::string(host_device)] = *bytes;
+        mo.memory_budget[device] = *bytes;
     }
     return mo;
 }

@@ -78,7 +78,7 @@ const std::vector<Group>& groups() {
           "responses-max", "responses-ttl"}},
         {"Devices",
          false,
-         {"device", "split-mode", "tensor-split", "main-gpu", "rpc", "list-devices"}},
+         {"device", "split-mode", "tensor-split", "main-gpu", "kv-offload", "rpc", "list-devices"}},
         {"Performance",
          false,
          {"batch-size", "ubatch-size", "threads-batch", "flash-attn", "no-mmap", "load-mode",

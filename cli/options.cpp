@@ -92,6 +92,9 @@ void add_context(CLI::App& app, ContextFlags& flags) {
         ->capture_default_str();
     add_llama_option(app, "--cache-type-v", flags.cache_type_v, "KV cache type for V (-ctv)")
         ->capture_default_str();
+    add_llama_switch(app, "--kv-offload", flags.kv_offload,
+                     "keep the KV cache with the offloaded layers (default); --no-kv-offload "
+                     "(-nkvo) keeps it in host memory");
 }
 
 void add_sampling(CLI::App& app, SamplingFlags& flags) {
@@ -294,6 +297,7 @@ Result<ContextOptions> context_options(const ContextFlags& flags) {
     if (!v) return std::unexpected(v.error());
     o.type_k = *k;
     o.type_v = *v;
+    o.offload_kqv = flags.kv_offload;
     return o;
 }
 

@@ -43,6 +43,7 @@ struct ContextFlags {
     std::string flash_attn = "auto";
     std::string cache_type_k = "f16";
     std::string cache_type_v = "f16";
+    bool kv_offload = true;  // -nkvo: the KV cache stays in host memory when layers are offloaded
 };
 
 // The KV store's tiers, with llama-server's name for the RAM quota.

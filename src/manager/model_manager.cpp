@@ -2,6 +2,7 @@
 #include "llamapp/model_manager.hpp"
 
 #include <fmt/core.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 
@@ -149,6 +150,13 @@ Result<std::unique_ptr<ModelManager>> ModelManager::create(ModelManagerOptions o
     for (const DeviceInfo& d : list_devices())
         if (d.type == DeviceType::gpu || d.type == DeviceType::integrated_gpu)
             devices.push_back(d.name);
+    for (const auto& [device, bytes] : options.memory_budget) {
+        if (std::find(devices.begin(), devices.end(), device) == devices.end())
+            return fail(ErrorCode::invalid_argument,
+                        fmt::format("a memory budget names no device of this process (it has: {})",
+                                    fmt::join(devices, ", ")),
+                        device);
+    }
     for (const std::string& device : devices) {
         if (auto it = options.memory_budget.find(device); it != options.memory_budget.end()) {
             state->budgets[device] = it->second;

@@ -124,6 +124,12 @@ TEST(Rpc, AModelSplitOverTwoServersGivesTheLocalGreedyText) {
                                                      << r.out;
     EXPECT_NE(r.out.find("RPC1"), std::string::npos) << r.out;
 
+    // The layers remote, their KV cache in host memory (-nkvo).
+    auto host_kv = llamapp_cli("run -m " + stories() + " --rpc " + rpc +
+                               " -nkvo -p 'Once upon a time' -n 30 --temp 0");
+    ASSERT_EQ(host_kv.status, 0) << host_kv.out;
+    EXPECT_NE(host_kv.out.find(golden), std::string::npos) << host_kv.out;
+
     // Named devices, in the order given.
     auto named = llamapp_cli("run -m " + stories() + " --rpc " + rpc +
                              " -dev RPC1 -p 'Once upon a time' -n 30 --temp 0");
@@ -196,4 +202,51 @@ TEST(Rpc, AKilledServerFailsItsModelsRequestsAndTheRestKeepsServing) {
     ASSERT_TRUE(after);
     EXPECT_EQ(after->status, 503) << after->body;
     EXPECT_NE(after->body.find("device_lost"), std::string::npos) << after->body;
+}
+
+// A KV store entry does not depend on where the cache lived: saved by a run on the CPU alone, it
+// is restored into a cache placed on two servers (and the other way round), with the same text.
+TEST(Rpc, AStoredPromptRestoresOnAnotherPlacement) {
+    RpcServer a, b;
+    const std::string prompt =
+        " -p 'Once upon a time, there was a little girl named Lily. She loved to play outside in "
+        "the park with her friends.'";
+    const std::pair<std::string, std::string> placements[] = {
+        {"-dev none", "--rpc " + a.endpoint() + "," + b.endpoint() + " -ts 1,2"},
+        {"--rpc " + a.endpoint(), "-ngl 0"},
+    };
+    for (const auto& [first, second] : placements) {
+        llamapp::test::TempDir dir;
+        const std::string args = "run -m " + stories() +
+                                 " --json --temp 0 -n 16 --cache-ram 0 --cache-min-tokens 16 "
+                                 "--cache-disk " +
+                                 dir.path().string() + prompt + " ";
+        auto cold = run_command(binary("llamapp").string() + " " + args + first + " 2>/dev/null");
+        ASSERT_EQ(cold.status, 0) << first << "\n" << cold.out;
+        auto warm = run_command(binary("llamapp").string() + " " + args + second + " 2>/dev/null");
+        ASSERT_EQ(warm.status, 0) << second << "\n" << warm.out;
+        const json c = json::parse(cold.out), w = json::parse(warm.out);
+        EXPECT_EQ(c["cache"]["source"], "none") << first;
+        EXPECT_EQ(w["cache"]["source"], "stored") << second;
+        EXPECT_EQ(w["cache"]["reused_tokens"].get<int>(),
+                  c["usage"]["prompt_tokens"].get<int>() - 1);
+        EXPECT_EQ(w["text"], c["text"]) << first << " then " << second;
+    }
+}
+
+// A budget per device covers remote ones: a model that does not fit the budget of the server its
+// layers go to is refused, naming that device, the bytes it needs and those available.
+TEST(Rpc, AModelOverARemoteDevicesBudgetIsRefusedNamingIt) {
+    RpcServer remote;
+    auto r = llamapp_cli("serve --port 0 -m " + stories() + " --rpc " + remote.endpoint() +
+                         " --memory-budget RPC0=100K");
+    EXPECT_EQ(r.status, 1) << r.out;
+    EXPECT_NE(r.out.find(" MiB on RPC0, 0.1 MiB are available"), std::string::npos)
+        << r.out;
+    EXPECT_NE(r.out.find("[insufficient_memory]"), std::string::npos) << r.out;
+    auto unknown = llamapp_cli("serve --port 0 -m " + stories() + " --memory-budget GPU9=1G");
+    EXPECT_EQ(unknown.status, 1) << unknown.out;
+    EXPECT_NE(unknown.out.find("a memory budget names no device of this process"),
+              std::string::npos)
+        << unknown.out;
 }
