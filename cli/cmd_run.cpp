@@ -216,7 +216,7 @@ int run(RunFlags& flags) {
     if (auto ok = take_words(flags); !ok) return report(ok.error());
     if (flags.raw && flags.chat)
         return report(Error{ErrorCode::invalid_argument, "--raw and --chat exclude each other"});
-    auto model = load_model(flags.common);
+    auto model = load_model(flags.common, flags.context);
     if (!model) return report(model.error());
     const bool chat = chats(flags, *model);
     auto inputs = run_inputs(flags, chat);

@@ -67,6 +67,19 @@ void add_placement(CLI::App& app, CommonFlags& flags) {
     add_llama_option(app, "--tensor-split", flags.tensor_split,
                      "each device's share of the model, e.g. 3,1 (-ts)")
         ->delimiter(',');
+    add_llama_option(app, "--fit", flags.fit,
+                     "lower what -ngl and -ts leave unset (and a -c of 0) until the model fits "
+                     "each device's free memory, less --fit-target: on or off")
+        ->transform(CLI::Transformer({{"1", "on"}, {"true", "on"}, {"0", "off"}, {"false", "off"}}))
+        ->check(CLI::IsMember({"on", "off"}))
+        ->capture_default_str();
+    add_llama_option(app, "--fit-target", flags.fit_target,
+                     "MiB each device keeps free under --fit, in device order (one value: every "
+                     "device; default 1024)")
+        ->delimiter(',');
+    add_llama_option(app, "--fit-ctx", flags.fit_ctx,
+                     "the least context --fit chooses for a -c of 0")
+        ->capture_default_str();
     add_llama_option(
         app, "--main-gpu", flags.main_gpu,
         "the device (an index into the devices) that holds the model with -sm none (-mg)")
@@ -219,6 +232,9 @@ ModelOptions model_options(const CommonFlags& flags) {
                                                         : SplitMode::layer;
     options.tensor_split = flags.tensor_split;
     options.main_gpu = flags.main_gpu;
+    options.fit = flags.fit == "on";
+    for (std::uint64_t mib : flags.fit_target) options.fit_margins.push_back(mib << 20);
+    options.fit_min_ctx = flags.fit_ctx;
     const std::string& mode = flags.load_mode;
     options.use_mmap = !flags.no_mmap && (mode == "auto" || mode.starts_with("mmap"));
     options.use_mlock = mode.ends_with("mlock");
@@ -249,7 +265,9 @@ void print_devices() {
                 order.empty() ? "the CPU only" : (order + ", then the CPU").c_str());
 }
 
-Result<Model> load_model(const CommonFlags& flags, bool vocab_only) {
+namespace {
+
+Result<Model> load_fitted(const CommonFlags& flags, bool vocab_only, const ContextFlags* context) {
     apply_log_level(flags);
     if (auto ok = connect_rpc(flags); !ok) return std::unexpected(ok.error());
     std::string given = flags.model_path;
@@ -272,6 +290,12 @@ Result<Model> load_model(const CommonFlags& flags, bool vocab_only) {
     }
     ModelOptions options = model_options(flags);
     options.vocab_only = vocab_only;
+    if (context) {
+        auto fitted = context_options(*context);
+        if (!fitted) return std::unexpected(fitted.error());
+        if (auto ok = fit_to_free_memory(path, options, *fitted); !ok)
+            return std::unexpected(ok.error());
+    }
     if (isatty(STDOUT_FILENO) && isatty(STDERR_FILENO)) {
         options.progress = [](float p) {
             draw_progress(p);
@@ -279,6 +303,16 @@ Result<Model> load_model(const CommonFlags& flags, bool vocab_only) {
         };
     }
     return Model::load(path, options);
+}
+
+}  // namespace
+
+Result<Model> load_model(const CommonFlags& flags, bool vocab_only) {
+    return load_fitted(flags, vocab_only, nullptr);
+}
+
+Result<Model> load_model(const CommonFlags& flags, const ContextFlags& context) {
+    return load_fitted(flags, false, &context);
 }
 
 Result<ContextOptions> context_options(const ContextFlags& flags) {

@@ -30,6 +30,9 @@ struct CommonFlags {
     int main_gpu = 0;
     std::vector<std::string> rpc;
     bool list_devices = false;
+    std::string fit = "on";                 // --fit: fit_to_free_memory before loading
+    std::vector<std::uint64_t> fit_target;  // MiB to leave free per device (one: every device)
+    std::uint32_t fit_ctx = 4096;
     bool no_mmap = false;
     std::string load_mode = "auto";  // llama.cpp's --load-mode
 };
@@ -103,6 +106,8 @@ std::vector<std::string> normalize_args(int argc, char** argv);
 // Applies the log level, resolves the default demo model and loads the model (with a progress
 // bar on a terminal). Prints the demo banner when the demo model is used.
 Result<Model> load_model(const CommonFlags& flags, bool vocab_only = false);
+// The same, its placement fitted (--fit) for a context made with `context`.
+Result<Model> load_model(const CommonFlags& flags, const ContextFlags& context);
 Result<ContextOptions> context_options(const ContextFlags& flags);
 Result<SamplingParams> sampling_params(const SamplingFlags& flags);
 Result<std::shared_ptr<KvStore>> open_kv_store(const CacheFlags& flags);

@@ -18,7 +18,7 @@ namespace {
 constexpr const char* honoured =
     "model, hf-repo, hf-file, alias, tags, ctx-size, batch-size, ubatch-size, threads, "
     "threads-batch, flash-attn, cache-type-k, cache-type-v, kv-offload, n-gpu-layers, device, "
-    "split-mode, tensor-split, main-gpu, load-mode, parallel, "
+    "split-mode, tensor-split, main-gpu, fit, fit-target, fit-ctx, load-mode, parallel, "
     "keep-alive, sleep-idle-seconds, embeddings, pooling, chat-template, chat-template-file, "
     "jinja, reasoning, reasoning-format, reasoning-budget, reasoning-budget-message, "
     "prefill-assistant, kv-unified, "

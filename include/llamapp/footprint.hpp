@@ -44,6 +44,17 @@ struct Footprint {
                                                    const ModelOptions& model,
                                                    const ContextOptions& context);
 
+// llama.cpp common's fit (common_fit_params, llama-server's --fit): what `model` and `context`
+// leave to llama.cpp (n_gpu_layers -1, no tensor_split, n_ctx 0) is lowered until every offload
+// device keeps its margin free (ModelOptions::fit_margins), by moving layers to the CPU and, for
+// n_ctx 0, choosing a context no smaller than ModelOptions::fit_min_ctx. What the options set
+// explicitly stays. Nothing changes without offload devices, with split mode tensor, or where
+// the fit would need to move a mixture of experts' tensors (not carried by ModelOptions yet); a
+// fit that finds no placement leaves the options as they are (the load then says what does not
+// fit). Errors: those of estimate_footprint. Serialised with it.
+[[nodiscard]] Result<void> fit_to_free_memory(const std::filesystem::path& path,
+                                              ModelOptions& model, ContextOptions& context);
+
 // Memory the process may still take on `device`: MemAvailable for the host (the kernel's own
 // estimate of what can be allocated without swapping), the backend's free memory for a GPU.
 std::uint64_t available_memory(std::string_view device);

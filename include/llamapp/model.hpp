@@ -32,6 +32,11 @@ struct ModelOptions {
     std::vector<std::string> devices;
     int main_gpu = 0;                 // index into the devices when split_mode is none
     std::vector<float> tensor_split;  // a share per device, at most one per device
+    // fit_to_free_memory before loading (the model manager and `llamapp run` do it): on by
+    // default, as llama-server's --fit.
+    bool fit = true;
+    std::vector<std::uint64_t> fit_margins;  // bytes to leave free per device; empty: 1 GiB each
+    std::uint32_t fit_min_ctx = 4096;        // the least context a fit of n_ctx 0 chooses
     bool use_mmap = true;
     bool use_mlock = false;
     bool vocab_only = false;  // tokenizer and metadata only, no weights

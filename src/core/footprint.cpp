@@ -5,10 +5,12 @@
 #include <algorithm>
 #include <fstream>
 #include <mutex>
+#include <span>
 #include <sstream>
 
 #include "core/gguf_probe.hpp"
 #include "core/llama_params.hpp"
+#include "core/log_internal.hpp"
 #include "fit.h"
 #include "ggml-backend.h"
 #include "llamapp/backend.hpp"
@@ -107,6 +109,73 @@ Result<Footprint> estimate_footprint(const std::filesystem::path& path, const Mo
         f.devices.push_back(std::move(d));
     }
     return f;
+}
+
+Result<void> fit_to_free_memory(const std::filesystem::path& path, ModelOptions& model,
+                                ContextOptions& context) {
+    ensure_backend();
+    if (!model.fit || model.vocab_only || model.split_mode == SplitMode::tensor) return {};
+    if (auto ok = detail::validate_model_options(model); !ok) return ok;
+    const std::size_t n_devices = model.devices.empty()             ? offload_device_count()
+                                  : model.devices.front() == "none" ? 0
+                                                                    : model.devices.size();
+    // Explicit choices are the user's (llama.cpp's fit would refuse to change them anyway).
+    if (n_devices == 0 || model.n_gpu_layers != -1 || !model.tensor_split.empty()) return {};
+    auto summary = detail::probe_gguf(path);
+    if (!summary) return std::unexpected(summary.error());
+    ModelInfo header;
+    header.path = path;
+    header.architecture = summary->architecture;
+    if (auto ok = detail::validate_context_options(header, context); !ok) return ok;
+
+    detail::ModelParamsStorage storage;
+    llama_model_params mparams = detail::model_params(model, storage);
+    mparams.progress_callback = nullptr;
+    llama_context_params cparams = detail::context_params(header, context);
+    std::vector<float> split(llama_max_devices(), 0.0f);
+    std::copy(model.tensor_split.begin(), model.tensor_split.end(), split.begin());
+    std::vector<llama_model_tensor_buft_override> overrides(llama_max_tensor_buft_overrides(),
+                                                            {nullptr, nullptr});
+    std::vector<std::size_t> margins(llama_max_devices(), std::size_t{1} << 30);
+    if (model.fit_margins.size() == 1)  // one value for every device, as llama.cpp's --fit-target
+        std::fill(margins.begin(), margins.end(), model.fit_margins.front());
+    else
+        for (std::size_t i = 0; i < model.fit_margins.size() && i < margins.size(); ++i)
+            margins[i] = model.fit_margins[i];
+    common_params_fit_status status;
+    {
+        std::lock_guard lock(estimate_mutex());
+        status =
+            common_fit_params(path.c_str(), &mparams, &cparams, split.data(), overrides.data(),
+                              margins.data(), model.fit_min_ctx, nullptr, GGML_LOG_LEVEL_ERROR);
+    }
+    if (status == COMMON_PARAMS_FIT_STATUS_ERROR)
+        return fail(ErrorCode::invalid_model_file,
+                    "llama.cpp could not lay the model out to fit it", path.string());
+    if (status == COMMON_PARAMS_FIT_STATUS_FAILURE) {
+        detail::log(LogLevel::warning, "fit: no placement of {} keeps the devices' margins free",
+                    path.filename().string());
+        return {};
+    }
+    if (overrides.front().pattern != nullptr) {
+        detail::log(
+            LogLevel::warning,
+            "fit: {} would fit only with its experts' tensors moved to the CPU, which is not "
+            "supported yet; placing it as given",
+            path.filename().string());
+        return {};
+    }
+    model.n_gpu_layers = mparams.n_gpu_layers;
+    // Layers per device, written where there are several.
+    const auto shares = std::span(split).first(n_devices);
+    if (std::ranges::any_of(shares, [](float f) { return f != 0.0f; }))
+        model.tensor_split.assign(shares.begin(), shares.end());
+    if (context.n_ctx == 0) context.n_ctx = cparams.n_ctx;
+    detail::log(LogLevel::info, "fit: {} with {} layers on the devices, n_ctx {}",
+                path.filename().string(),
+                model.n_gpu_layers < 0 ? std::string("all") : std::to_string(model.n_gpu_layers),
+                context.n_ctx);
+    return {};
 }
 
 std::uint64_t available_memory(std::string_view device) {

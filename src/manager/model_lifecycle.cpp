@@ -49,14 +49,13 @@ bool embeds_from_load(const ModelEntry& e) {
 
 // The engine's context and, for a model that embeds from its load, the embedder's (whose weights
 // are shared).
-Result<Footprint> estimate(const ModelEntry& e) {
-    ContextOptions context = e.spec.engine.context;
+Result<Footprint> estimate(const ModelEntry& e, const ModelOptions& model, ContextOptions context) {
     context.kv_unified = e.spec.engine.unified_kv();
-    auto f = estimate_footprint(e.spec.path, e.spec.model, context);
+    auto f = estimate_footprint(e.spec.path, model, context);
     if (!f) return f;
     if (!embeds_from_load(e)) return f;
-    auto g = estimate_embedder(e.spec.path, e.spec.model,
-                               embedder_options(n_ctx_seq(e.spec.engine), context));
+    auto g =
+        estimate_embedder(e.spec.path, model, embedder_options(n_ctx_seq(e.spec.engine), context));
     if (!g) return std::unexpected(g.error());
     *f += *g;
     return f;
@@ -205,9 +204,19 @@ Result<void> ManagerState::start_load(std::unique_lock<std::mutex>& lock, ModelE
 Result<std::vector<ModelEntry*>> ManagerState::admit(std::unique_lock<std::mutex>& lock,
                                                      ModelEntry& e, ModelStatus before) {
     if (!e.footprint) {
+        // The placement fitted to free device memory first (ModelOptions::fit), then measured;
+        // the spec takes the fitted placement, which the load then uses.
+        ModelOptions model = e.spec.model;
+        ContextOptions context = e.spec.engine.context;
         lock.unlock();
-        auto f = estimate(e);
+        auto fitted = fit_to_free_memory(e.spec.path, model, context);
+        Result<Footprint> f = fitted ? estimate(e, model, context)
+                                     : Result<Footprint>(std::unexpected(fitted.error()));
         lock.lock();
+        if (f) {
+            e.spec.model = std::move(model);
+            e.spec.engine.context.n_ctx = context.n_ctx;
+        }
         if (!f) {
             e.status = ModelStatus::failed;
             e.error = f.error();

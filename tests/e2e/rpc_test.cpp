@@ -241,12 +241,40 @@ TEST(Rpc, AModelOverARemoteDevicesBudgetIsRefusedNamingIt) {
     auto r = llamapp_cli("serve --port 0 -m " + stories() + " --rpc " + remote.endpoint() +
                          " --memory-budget RPC0=100K");
     EXPECT_EQ(r.status, 1) << r.out;
-    EXPECT_NE(r.out.find(" MiB on RPC0, 0.1 MiB are available"), std::string::npos)
-        << r.out;
+    EXPECT_NE(r.out.find(" MiB on RPC0, 0.1 MiB are available"), std::string::npos) << r.out;
     EXPECT_NE(r.out.find("[insufficient_memory]"), std::string::npos) << r.out;
     auto unknown = llamapp_cli("serve --port 0 -m " + stories() + " --memory-budget GPU9=1G");
     EXPECT_EQ(unknown.status, 1) << unknown.out;
     EXPECT_NE(unknown.out.find("a memory budget names no device of this process"),
               std::string::npos)
         << unknown.out;
+}
+
+// llama.cpp's fit (--fit, on by default) keeps each device's margin free: with a margin larger
+// than the server's memory, every layer stays on the CPU, in `run` and in `serve`; --fit off
+// places them as asked.
+TEST(Rpc, FitKeepsLayersOffADeviceWithoutRoomForThem) {
+    RpcServer remote;
+    const std::string base = "run -m " + stories() + " --rpc " + remote.endpoint() +
+                             " -p 'Once upon a time' -n 30 --temp 0 --verbose";
+    auto fitted = llamapp_cli(base + " --fit-target 100000000");
+    ASSERT_EQ(fitted.status, 0) << fitted.out;
+    EXPECT_NE(fitted.out.find("with 0 layers on the devices"), std::string::npos) << fitted.out;
+    EXPECT_NE(fitted.out.find("offloaded 0/6 layers"), std::string::npos) << fitted.out;
+    EXPECT_NE(fitted.out.find(golden), std::string::npos) << fitted.out;
+    auto asked = llamapp_cli(base + " --fit off --fit-target 100000000");
+    ASSERT_EQ(asked.status, 0) << asked.out;
+    EXPECT_EQ(asked.out.find("layers on the devices"), std::string::npos) << asked.out;
+    EXPECT_NE(asked.out.find("offloaded 6/6 layers"), std::string::npos) << asked.out;
+
+    ServerProcess server(
+        {"-m", stories(), "--rpc", remote.endpoint(), "--fit-target", "100000000", "-t", "1"});
+    auto c = server.client();
+    auto r =
+        c.Post("/v1/completions",
+               json{{"prompt", "Once upon a time"}, {"max_tokens", 8}, {"temperature", 0}}.dump(),
+               "application/json");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200) << r->body;
+    EXPECT_NE(server.log().find("with 0 layers on the devices"), std::string::npos) << server.log();
 }
