@@ -29,6 +29,7 @@ if [ -n "$sanitize" ]; then
   # The benchmark programs are timed in the normal build only.
   export LLAMAPP_CMAKE_ARGS="-DLLAMAPP_SANITIZE=$sanitize -DLLAMAPP_BUILD_BENCH=OFF ${LLAMAPP_CMAKE_ARGS:-}"
   export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
+  export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$root/tests/lsan.supp}
   export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1:suppressions=$root/tests/tsan.supp}
 fi
 export LLAMAPP_BUILD_DIR=${LLAMAPP_BUILD_DIR:-$root/build$backend_suffix}
