@@ -116,9 +116,7 @@ Result<void> fit_to_free_memory(const std::filesystem::path& path, ModelOptions&
     ensure_backend();
     if (!model.fit || model.vocab_only || model.split_mode == SplitMode::tensor) return {};
     if (auto ok = detail::validate_model_options(model); !ok) return ok;
-    const std::size_t n_devices = model.devices.empty()             ? offload_device_count()
-                                  : model.devices.front() == "none" ? 0
-                                                                    : model.devices.size();
+    const std::size_t n_devices = detail::placement_device_count(model);
     // Explicit choices are the user's (llama.cpp's fit would refuse to change them anyway).
     if (n_devices == 0 || model.n_gpu_layers != -1 || !model.tensor_split.empty()) return {};
     auto summary = detail::probe_gguf(path);

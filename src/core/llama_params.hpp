@@ -21,6 +21,10 @@ struct ModelParamsStorage {
 // Call validate_model_options first: the device names are taken as valid.
 llama_model_params model_params(const ModelOptions& options, ModelParamsStorage& storage);
 
+// How many devices the options place layers on: the devices named ("none": 0), else
+// offload_devices().
+std::size_t placement_device_count(const ModelOptions& options);
+
 // The host:port of every RPC server the options place layers on (by name, or through llama.cpp's
 // default list).
 std::vector<std::string> rpc_endpoints(const ModelOptions& options);

@@ -73,9 +73,7 @@ Result<void> validate_model_options(const ModelOptions& o) {
                     "n_gpu_layers=" + std::to_string(o.n_gpu_layers));
     }
     if (auto ok = validate_devices(o.devices); !ok) return ok;
-    const std::size_t n_offload = names_no_device(o)  ? 0
-                                  : o.devices.empty() ? offload_device_count()
-                                                      : o.devices.size();
+    const std::size_t n_offload = placement_device_count(o);
     if (o.main_gpu < 0 || (n_offload > 0 && static_cast<std::size_t>(o.main_gpu) >= n_offload) ||
         (n_offload == 0 && o.main_gpu != 0)) {
         return fail(
@@ -99,6 +97,11 @@ Result<void> validate_model_options(const ModelOptions& o) {
                     "use_mlock");
     }
     return {};
+}
+
+std::size_t placement_device_count(const ModelOptions& options) {
+    if (names_no_device(options)) return 0;
+    return options.devices.empty() ? offload_device_count() : options.devices.size();
 }
 
 llama_model_params model_params(const ModelOptions& options, ModelParamsStorage& storage) {
