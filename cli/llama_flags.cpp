@@ -7,9 +7,19 @@
 #include <map>
 #include <stdexcept>
 
+#include "llamapp/backend.hpp"
+
 namespace llamapp::cli {
 
 namespace {
+
+// llama.cpp's parser setup asks which backends there are, which brings them up: llamapp's log
+// bridge must be in place first, or a GPU backend's start-up lines reach the terminal of every
+// command (and the JSON some of them print).
+common_params_context server_parser(common_params& params) {
+    ensure_backend();
+    return common_params_parser_init(params, LLAMA_EXAMPLE_SERVER);
+}
 
 // llama-server's options, built once by llama.cpp's own parser setup (no handler ever runs).
 struct Registry {
@@ -17,7 +27,7 @@ struct Registry {
     common_params_context context;
     std::map<std::string, const common_arg*, std::less<>> by_spelling;  // negations included
 
-    Registry() : context(common_params_parser_init(params, LLAMA_EXAMPLE_SERVER)) {
+    Registry() : context(server_parser(params)) {
         for (const common_arg& a : context.options) {
             for (const char* s : a.args) by_spelling.emplace(s, &a);
             for (const char* s : a.args_neg) by_spelling.emplace(s, &a);

@@ -80,6 +80,7 @@ if(LLAMAPP_BACKEND_RESOLVED STREQUAL "cuda")
   set(GGML_CUDA ON CACHE BOOL "" FORCE)
 elseif(LLAMAPP_BACKEND_RESOLVED STREQUAL "vulkan")
   set(GGML_VULKAN ON CACHE BOOL "" FORCE)
+  include(${CMAKE_CURRENT_LIST_DIR}/glslc-cache.cmake)
 elseif(LLAMAPP_BACKEND_RESOLVED STREQUAL "metal")
   set(GGML_METAL ON CACHE BOOL "" FORCE)
   # One binary: the Metal shaders compiled into it instead of loaded from beside it.

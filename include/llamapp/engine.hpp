@@ -65,7 +65,8 @@ struct EngineOptions {
     // 64 query rows; fewer rows take a per-row path that, deep in a long cache, costs more than
     // recomputing dozens of tokens. So a prompt's last chunk is kept at this many tokens or more,
     // and when a reused prefix leaves fewer to compute, cached tokens are given back to make up
-    // the rows. 0 = off; ignored without flash attention or with GPUs in the process.
+    // the rows. 0 = off; ignored without flash attention and where the KV cache is on a GPU (there
+    // llama.cpp computes attention on the GPU).
     int min_prefill_rows = 64;
     // The same kernel skips blocks of cached tokens that no row of a 64-row tile attends to. A
     // tile that mixes streams' next tokens with a prompt's rows attends to all of their

@@ -44,6 +44,12 @@ struct Footprint {
                                                    const ModelOptions& model,
                                                    const ContextOptions& context);
 
+// What `context` and its model hold now on each device, as llama.cpp accounts its buffers, in
+// the shape estimate_footprint predicts (host buffers, pinned ones included, count as RAM): where
+// the layers and the KV cache went, and how far the estimate was off. The thread that uses the
+// context calls it.
+Footprint memory_in_use(Context& context);
+
 // llama.cpp common's fit (common_fit_params, llama-server's --fit): what `model` and `context`
 // leave to llama.cpp (n_gpu_layers -1, no tensor_split, n_ctx 0) is lowered until every offload
 // device keeps its margin free (ModelOptions::fit_margins), by moving layers to the CPU and, for

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <thread>
 
+#include "../src/llama-ext.h"  // llama.cpp's staging API: the devices a model was placed on
 #include "core/context_state.hpp"
 #include "core/internals.hpp"
 #include "core/llama_params.hpp"
@@ -181,8 +182,6 @@ llama_context_params context_params(const ModelInfo& info, const ContextOptions&
 
 }  // namespace detail
 
-namespace {}  // namespace
-
 Result<KvType> parse_kv_type(std::string_view name) {
     for (const auto& k : kv_types) {
         if (k.name == name) return k.type;
@@ -251,6 +250,13 @@ Result<void> ContextState::decode(const llama_batch& batch, const CancellationTo
     }
 }
 
+void avoid_lavapipe_flash_attention(llama_context_params& params, const ContextOptions& options,
+                                    std::span<const std::string> descriptions) {
+    if (options.flash_attn != FlashAttention::automatic || is_quantized(options.type_v)) return;
+    for (const std::string& d : descriptions)
+        if (d.starts_with("llvmpipe")) params.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
+}
+
 }  // namespace detail
 
 Context::Context(std::unique_ptr<detail::ContextState> state) : state_(std::move(state)) {}
@@ -265,6 +271,11 @@ Result<Context> Context::create(const Model& model, const ContextOptions& option
 
     auto state = std::make_unique<detail::ContextState>(model, options);
     llama_context_params p = detail::context_params(info, options);
+    const llama_model* placed = detail::model_state(model).model.get();
+    std::vector<std::string> devices;
+    for (int i = 0; i < llama_model_n_devices(placed); ++i)
+        devices.emplace_back(ggml_backend_dev_description(llama_model_get_device(placed, i)));
+    detail::avoid_lavapipe_flash_attention(p, options, devices);
     p.abort_callback = abort_callback;
     p.abort_callback_data = &state->abort;
 

@@ -8,7 +8,10 @@
 #include <span>
 #include <sstream>
 
+#include "../src/llama-ext.h"  // llama.cpp's staging API (memory breakdown), as common uses it
+#include "core/context_state.hpp"
 #include "core/gguf_probe.hpp"
+#include "core/internals.hpp"
 #include "core/llama_params.hpp"
 #include "core/log_internal.hpp"
 #include "fit.h"
@@ -83,6 +86,10 @@ Result<Footprint> estimate_footprint(const std::filesystem::path& path, const Mo
     llama_model_params mparams = detail::model_params(model, storage);
     mparams.progress_callback = nullptr;
     llama_context_params cparams = detail::context_params(header, context);
+    std::vector<std::string> descriptions;
+    for (const DeviceInfo& d : detail::placement_devices(model))
+        descriptions.push_back(d.description);
+    detail::avoid_lavapipe_flash_attention(cparams, context, descriptions);
     std::vector<ggml_backend_dev_t> devices;
     std::uint32_t n_layer = 0, n_ctx_train = 0, n_expert = 0;
     common_device_memory_data_vec data;
@@ -107,6 +114,28 @@ Result<Footprint> estimate_footprint(const std::filesystem::path& path, const Mo
         d.context = data[i].context;
         d.compute = data[i].compute;
         f.devices.push_back(std::move(d));
+    }
+    return f;
+}
+
+Footprint memory_in_use(Context& context) {
+    Footprint f;
+    f.devices.push_back({std::string(host_device)});
+    auto device_named = [&](std::string name) -> DeviceFootprint& {
+        for (auto& d : f.devices)
+            if (d.device == name) return d;
+        return f.devices.emplace_back(DeviceFootprint{std::move(name)});
+    };
+    for (const auto& [buft, bytes] :
+         llama_get_memory_breakdown(detail::context_state(context).ctx.get())) {
+        ggml_backend_dev_t dev = ggml_backend_buft_get_device(buft);
+        // The CPU's own buffer types (its repacked weights) are RAM as much as host buffers are.
+        const bool in_ram = ggml_backend_buft_is_host(buft) || dev == nullptr ||
+                            ggml_backend_dev_type(dev) == GGML_BACKEND_DEVICE_TYPE_CPU;
+        DeviceFootprint& d = in_ram ? f.devices.front() : device_named(ggml_backend_dev_name(dev));
+        d.weights += bytes.model;
+        d.context += bytes.context;
+        d.compute += bytes.compute;
     }
     return f;
 }

@@ -2,10 +2,12 @@
 // that an estimate describes exactly what a load would allocate.
 #pragma once
 
+#include <span>
 #include <string>
 #include <vector>
 
 #include "llama.h"
+#include "llamapp/backend.hpp"
 #include "llamapp/context.hpp"
 #include "llamapp/model.hpp"
 
@@ -25,9 +27,20 @@ llama_model_params model_params(const ModelOptions& options, ModelParamsStorage&
 // offload_devices().
 std::size_t placement_device_count(const ModelOptions& options);
 
+// The devices the options place layers on: those named, else offload_devices(); none when the
+// model stays on the CPU.
+std::vector<DeviceInfo> placement_devices(const ModelOptions& options);
+
 // The host:port of every RPC server the options place layers on (by name, or through llama.cpp's
 // default list).
 std::vector<std::string> rpc_endpoints(const ModelOptions& options);
+
+// Mesa's lavapipe (Vulkan on the CPU; Debian 12 ships 22.3) crashes the process in ggml-vulkan's
+// flash-attention shader once two sequences share a decode, as older Mesa shader compilers are
+// known to do with these shaders. So flash attention left to llama.cpp (`automatic`) is turned
+// off where layers are on it (`descriptions`: the devices' ggml descriptions).
+void avoid_lavapipe_flash_attention(llama_context_params& params, const ContextOptions& options,
+                                    std::span<const std::string> descriptions);
 
 // `info` may be partial (only what the GGUF header says): checks that need more are skipped.
 [[nodiscard]] Result<void> validate_context_options(const ModelInfo& info,

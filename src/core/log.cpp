@@ -77,13 +77,17 @@ void llama_log_callback(ggml_log_level level, const char* text, void*) {
         t_partial.erase(0, newline + 1);
         if (line.empty()) continue;
         LogLevel shown = ours;
-        // Return code 2 is an abort: llamapp's own abort callback stopped the computation for
-        // a cancelled request or a deadline, which the request's own outcome reports. Not an
-        // error of llama.cpp's.
+        // Return code 2 (and ggml's status 1, GGML_STATUS_ABORTED, on the lines before it) is
+        // an abort: llamapp's own abort callback stopped the computation for a cancelled
+        // request or a deadline, which the request's own outcome reports. Not an error of
+        // llama.cpp's.
         if (line.ends_with("failed to decode, ret = 2") ||
             line.ends_with("failed to encode, ret = 2")) {
             shown = LogLevel::debug;
             line = line.substr(0, line.find(':')) + ": stopped for a cancellation or deadline";
+        } else if (line.ends_with("graph_compute_async failed with error 1") ||
+                   line.ends_with("failed to compute graph, compute status: 1")) {
+            shown = LogLevel::debug;
         }
         detail::capture_line(shown, line);
         if (shown >= g_level.load(std::memory_order_relaxed)) detail::log_line(shown, line);

@@ -129,23 +129,23 @@ llama_model_params model_params(const ModelOptions& options, ModelParamsStorage&
     return params;
 }
 
+std::vector<DeviceInfo> placement_devices(const ModelOptions& options) {
+    if (names_no_device(options) || options.n_gpu_layers == 0 || options.vocab_only) return {};
+    if (options.devices.empty()) return offload_devices();
+    std::vector<DeviceInfo> named;
+    for (DeviceInfo& d : list_devices())
+        if (std::find(options.devices.begin(), options.devices.end(), d.name) !=
+            options.devices.end())
+            named.push_back(std::move(d));
+    return named;
+}
+
 std::vector<std::string> rpc_endpoints(const ModelOptions& options) {
     std::vector<std::string> endpoints;
-    if (names_no_device(options) || options.n_gpu_layers == 0 || options.vocab_only)
-        return endpoints;
-    auto add = [&](const DeviceInfo& d) {
+    for (const DeviceInfo& d : placement_devices(options))
         if (d.backend == "RPC" &&
             std::find(endpoints.begin(), endpoints.end(), d.description) == endpoints.end())
             endpoints.push_back(d.description);
-    };
-    if (options.devices.empty()) {
-        for (const DeviceInfo& d : offload_devices()) add(d);
-    } else {
-        for (const DeviceInfo& d : list_devices())
-            if (std::find(options.devices.begin(), options.devices.end(), d.name) !=
-                options.devices.end())
-                add(d);
-    }
     return endpoints;
 }
 

@@ -4,20 +4,24 @@
 
 #include "core/internals.hpp"
 #include "core/log_internal.hpp"
-#include "llamapp/backend.hpp"
+#include "llamapp/footprint.hpp"
 
 namespace llamapp::detail {
 
 namespace {
 
-// The rules for llama.cpp's CPU flash attention kernel (EngineOptions::min_prefill_rows,
-// separate_prompt_rows); GPUs and plain attention behave differently.
-bool cpu_flash_attention(const EngineOptions& options) {
-    return options.context.flash_attn != FlashAttention::off && offload_device_count() == 0;
+// llama.cpp computes a layer's attention where its KV cache is: on the host (no GPU, -ngl 0,
+// --no-kv-offload, or most layers left on the CPU), it is the CPU backend's kernel.
+bool attention_on_host(Context& context) {
+    const Footprint used = memory_in_use(context);
+    std::uint64_t cache = 0;
+    for (const auto& d : used.devices) cache += d.context;
+    return 2 * used.devices.front().context >= cache;
 }
 
 SchedulerOptions scheduler_options(const EngineOptions& options, const ReuseModes& modes,
-                                   const ContextState& state, const StoreSettings& store) {
+                                   const ContextState& state, const StoreSettings& store,
+                                   bool host_attention) {
     SchedulerOptions s;
     s.modes = modes;
     s.prefix_reuse = options.prefix_reuse;
@@ -27,8 +31,9 @@ SchedulerOptions scheduler_options(const EngineOptions& options, const ReuseMode
     s.n_ctx_seq = state.n_ctx_seq();
     s.n_cells = state.n_ctx();
     s.prefill_chunk = options.prefill_chunk;
-    // The slow path is the CPU backend's flash attention; GPUs and plain attention differ.
-    const bool cpu_fa = cpu_flash_attention(options);
+    // The rules for llama.cpp's CPU flash attention kernel (EngineOptions::min_prefill_rows,
+    // separate_prompt_rows); GPUs and plain attention behave differently.
+    const bool cpu_fa = host_attention && options.context.flash_attn != FlashAttention::off;
     s.prefill_rows = cpu_fa ? static_cast<std::size_t>(std::max(0, options.min_prefill_rows)) : 0;
     // A tile sweeps other sequences' cells only where they share one cache.
     s.separate_prompt_rows = cpu_fa && options.separate_prompt_rows && state.sequences.unified();
@@ -58,7 +63,7 @@ EngineCore::EngineCore(Context context, EngineOptions options, EngineMetrics met
       n_ctx_seq_(state_.n_ctx_seq()),
       n_batch_(state_.n_batch()),
       inbox_(std::make_shared<Inbox>()),
-      scheduler_(scheduler_options(options_, modes_, state_, store)),
+      scheduler_(scheduler_options(options_, modes_, state_, store, attention_on_host(context_))),
       slots_(state_.sequences, state_.n_seq_max()),
       persistence_(std::move(store), slots_, state_.sequences, scheduler_, modes_),
       delivery_(options_.on_lifecycle, metrics_, persistence_, [this] { publish_gauges(); }),

@@ -542,7 +542,8 @@ TEST_F(Server, ClientThatDisconnectsFreesItsSlot) {
     const double before = metric(get_text(c, "/metrics"), cancelled);
     json body = chat_body(2000);
     body["stream"] = true;
-    for (int i = 0; i < 2; ++i) ASSERT_TRUE(stream_then_hang_up(server_->port(), body.dump()));
+    for (int i = 0; i < 2; ++i)
+        ASSERT_TRUE(stream_then_hang_up(server_->port(), body.dump())) << server_->log();
     EXPECT_TRUE(llamapp::test::eventually(
         [&] {
             return get_json(c, "/health")["busy_slots"] == 0 &&

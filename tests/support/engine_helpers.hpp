@@ -3,10 +3,19 @@
 
 #include <gtest/gtest.h>
 
+#include "llamapp/backend.hpp"
 #include "support/eventually.hpp"
 #include "support/stories.hpp"
 
 namespace llamapp::test {
+
+// Whether a model loaded with default options has its layers and KV cache on a local GPU (the
+// Vulkan job's lavapipe): the engine's rules for the CPU's attention kernel are off there.
+inline bool layers_on_gpu() {
+    for (const auto& d : offload_devices())
+        if (d.backend != "RPC") return true;
+    return false;
+}
 
 struct Drained {
     std::string text;           // concatenated piece text

@@ -175,9 +175,10 @@ class RawPost : public RawConnection {
 };
 
 // Sends a streaming chat request, reads until the first event, and hangs up.
-inline bool stream_then_hang_up(int port, const std::string& body) {
+inline ::testing::AssertionResult stream_then_hang_up(int port, const std::string& body) {
     RawPost post(port, "/v1/chat/completions", body);
-    return post.sent() && post.read_until("data: ");
+    if (post.sent() && post.read_until("data: ")) return ::testing::AssertionSuccess();
+    return ::testing::AssertionFailure() << "no event came; the server sent: " << post.received();
 }
 
 }  // namespace llamapp::test
