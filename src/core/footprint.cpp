@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <fstream>
-#include <mutex>
 #include <span>
 #include <sstream>
 
@@ -22,12 +21,6 @@ namespace llamapp {
 
 namespace {
 
-// common_get_device_memory_data swaps llama.cpp's global logger while it runs.
-std::mutex& estimate_mutex() {
-    static std::mutex m;
-    return m;
-}
-
 std::uint64_t meminfo_available() {
     std::ifstream in("/proc/meminfo");
     std::string line;
@@ -39,6 +32,32 @@ std::uint64_t meminfo_available() {
         return kib * 1024;
     }
     return 0;
+}
+
+// What common's probe load is given: the placement's model parameters and the context's, with
+// the flash-attention choice Context::create makes on the same devices.
+struct ProbeParams {
+    detail::ModelParamsStorage storage;  // `model`'s device list and split point into it
+    llama_model_params model{};
+    llama_context_params context{};
+};
+
+Result<void> prepare_probe(const std::filesystem::path& path, const ModelOptions& model,
+                           const ContextOptions& context, ProbeParams& out) {
+    auto summary = detail::probe_gguf(path);
+    if (!summary) return std::unexpected(summary.error());
+    ModelInfo header;
+    header.path = path;
+    header.architecture = summary->architecture;
+    if (auto ok = detail::validate_context_options(header, context); !ok) return ok;
+    out.model = detail::model_params(model, out.storage);
+    out.model.progress_callback = nullptr;
+    out.context = detail::context_params(header, context);
+    std::vector<std::string> descriptions;
+    for (const DeviceInfo& d : detail::placement_devices(model))
+        descriptions.push_back(d.description);
+    detail::avoid_lavapipe_flash_attention(out.context, context, descriptions);
+    return {};
 }
 
 }  // namespace
@@ -74,29 +93,17 @@ Result<Footprint> estimate_footprint(const std::filesystem::path& path, const Mo
                                      const ContextOptions& context) {
     ensure_backend();
     if (auto ok = detail::validate_model_options(model); !ok) return std::unexpected(ok.error());
-    auto summary = detail::probe_gguf(path);
-    if (!summary) return std::unexpected(summary.error());
-    ModelInfo header;
-    header.path = path;
-    header.architecture = summary->architecture;
-    if (auto ok = detail::validate_context_options(header, context); !ok)
+    ProbeParams probe;
+    if (auto ok = prepare_probe(path, model, context, probe); !ok)
         return std::unexpected(ok.error());
-
-    detail::ModelParamsStorage storage;
-    llama_model_params mparams = detail::model_params(model, storage);
-    mparams.progress_callback = nullptr;
-    llama_context_params cparams = detail::context_params(header, context);
-    std::vector<std::string> descriptions;
-    for (const DeviceInfo& d : detail::placement_devices(model))
-        descriptions.push_back(d.description);
-    detail::avoid_lavapipe_flash_attention(cparams, context, descriptions);
     std::vector<ggml_backend_dev_t> devices;
     std::uint32_t n_layer = 0, n_ctx_train = 0, n_expert = 0;
     common_device_memory_data_vec data;
     try {
-        std::lock_guard lock(estimate_mutex());
-        data = common_get_device_memory_data(path.c_str(), &mparams, &cparams, devices, n_layer,
-                                             n_ctx_train, n_expert, GGML_LOG_LEVEL_ERROR);
+        // GGML_LOG_LEVEL_NONE: leave llama.cpp's process-wide logger alone (patch 0003).
+        detail::QuietLlamaWarnings quiet;
+        data = common_get_device_memory_data(path.c_str(), &probe.model, &probe.context, devices,
+                                             n_layer, n_ctx_train, n_expert, GGML_LOG_LEVEL_NONE);
     } catch (const std::exception& e) {
         return fail(ErrorCode::invalid_model_file,
                     fmt::format("llama.cpp could not lay the model out: {}", e.what()),
@@ -148,17 +155,10 @@ Result<void> fit_to_free_memory(const std::filesystem::path& path, ModelOptions&
     const std::size_t n_devices = detail::placement_device_count(model);
     // Explicit choices are the user's (llama.cpp's fit would refuse to change them anyway).
     if (n_devices == 0 || model.n_gpu_layers != -1 || !model.tensor_split.empty()) return {};
-    auto summary = detail::probe_gguf(path);
-    if (!summary) return std::unexpected(summary.error());
-    ModelInfo header;
-    header.path = path;
-    header.architecture = summary->architecture;
-    if (auto ok = detail::validate_context_options(header, context); !ok) return ok;
-
-    detail::ModelParamsStorage storage;
-    llama_model_params mparams = detail::model_params(model, storage);
-    mparams.progress_callback = nullptr;
-    llama_context_params cparams = detail::context_params(header, context);
+    ProbeParams probe;
+    if (auto ok = prepare_probe(path, model, context, probe); !ok) return ok;
+    llama_model_params& mparams = probe.model;
+    llama_context_params& cparams = probe.context;
     std::vector<float> split(llama_max_devices(), 0.0f);
     std::copy(model.tensor_split.begin(), model.tensor_split.end(), split.begin());
     std::vector<llama_model_tensor_buft_override> overrides(llama_max_tensor_buft_overrides(),
@@ -171,10 +171,9 @@ Result<void> fit_to_free_memory(const std::filesystem::path& path, ModelOptions&
             margins[i] = model.fit_margins[i];
     common_params_fit_status status;
     {
-        std::lock_guard lock(estimate_mutex());
-        status =
-            common_fit_params(path.c_str(), &mparams, &cparams, split.data(), overrides.data(),
-                              margins.data(), model.fit_min_ctx, nullptr, GGML_LOG_LEVEL_ERROR);
+        detail::QuietLlamaWarnings quiet;
+        status = common_fit_params(path.c_str(), &mparams, &cparams, split.data(), overrides.data(),
+                                   margins.data(), model.fit_min_ctx, nullptr, GGML_LOG_LEVEL_NONE);
     }
     if (status == COMMON_PARAMS_FIT_STATUS_ERROR)
         return fail(ErrorCode::invalid_model_file,

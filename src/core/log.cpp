@@ -47,6 +47,7 @@ thread_local detail::LogCapture* t_capture = nullptr;
 // llama.cpp emits a line in fragments (GGML_LOG_LEVEL_CONT); assemble per thread.
 thread_local std::string t_partial;
 thread_local LogLevel t_partial_level = LogLevel::info;
+thread_local bool t_quiet_warnings = false;
 
 void llama_log_callback(ggml_log_level level, const char* text, void*) {
     LogLevel ours = t_partial_level;
@@ -60,7 +61,7 @@ void llama_log_callback(ggml_log_level level, const char* text, void*) {
             ours = LogLevel::debug;
             break;
         case GGML_LOG_LEVEL_WARN:
-            ours = LogLevel::warning;
+            ours = t_quiet_warnings ? LogLevel::debug : LogLevel::warning;
             break;
         case GGML_LOG_LEVEL_ERROR:
             ours = LogLevel::error;
@@ -159,6 +160,13 @@ std::string LogCapture::last_error() const {
     std::string s = last_error_;
     while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
     return s;
+}
+
+QuietLlamaWarnings::QuietLlamaWarnings() : previous_(t_quiet_warnings) {
+    t_quiet_warnings = true;
+}
+QuietLlamaWarnings::~QuietLlamaWarnings() {
+    t_quiet_warnings = previous_;
 }
 
 void install_llama_log_bridge() {

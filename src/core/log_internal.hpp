@@ -41,6 +41,20 @@ class LogCapture {
     LogCapture* previous_;
 };
 
+// While alive on a thread, llama.cpp's warning lines from that thread are logged at debug: a
+// probe load (the footprint estimate, the fit) repeats what the real load will say. Per thread,
+// unlike swapping llama.cpp's process-wide log callback, so other models' lines are untouched.
+class QuietLlamaWarnings {
+  public:
+    QuietLlamaWarnings();
+    ~QuietLlamaWarnings();
+    QuietLlamaWarnings(const QuietLlamaWarnings&) = delete;
+    QuietLlamaWarnings& operator=(const QuietLlamaWarnings&) = delete;
+
+  private:
+    bool previous_;
+};
+
 // Installs llama.cpp's and ggml's log callbacks (called by ensure_backend()).
 void install_llama_log_bridge();
 

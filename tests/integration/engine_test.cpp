@@ -138,7 +138,7 @@ TEST(Engine, ShortPromptTailsAfterADeepPrefixAreWidenedToOneTile) {
     drain(*e.submit(request(deep, 1)));
     // Ten more tokens: computing them alone would take the CPU kernel's slow attention path, so
     // 64 are. A GPU's attention has no such path: there the ten are computed alone.
-    const int computed = test::layers_on_gpu() ? 10 : 64;
+    const int computed = test::local_gpu() ? 10 : 64;
     std::vector<Token> next = deep;
     const auto more = encode(m, " and they played all day long in the sun");
     next.insert(next.end(), more.begin() + 1, more.begin() + 11);

@@ -2,9 +2,12 @@
 // keep-alive.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <fstream>
 #include <future>
+
+#include <llama.h>
 
 #include "support/engine_helpers.hpp"
 #include "support/fake_hub.hpp"
@@ -81,6 +84,40 @@ TEST(Footprint, TheEstimateComesFromANoAllocationLoadAndSplitsWeightsContextAndC
     ContextOptions wrong = small;
     wrong.n_ubatch = 4096;
     EXPECT_EQ(estimate_footprint(path, {}, wrong).error().code, ErrorCode::invalid_argument);
+}
+
+// common's probe load used to swap llama.cpp's process-wide log callback for a wrapper while it
+// ran: a race with every thread logging meanwhile (two plain stores, the wrapper's data on the
+// estimating thread's stack). Under ThreadSanitizer the load beside it makes that a report.
+TEST(Footprint, EstimatesLeaveLlamaCppsLoggerAloneWhileAnotherThreadLoads) {
+    ensure_backend();
+    ggml_log_callback bridge = nullptr;
+    void* bridge_data = nullptr;
+    llama_log_get(&bridge, &bridge_data);
+    std::atomic<int> lines{0}, swapped{0};
+    set_log_level(LogLevel::debug);
+    set_log_sink([&](LogLevel, std::string_view) {
+        ggml_log_callback now = nullptr;
+        void* now_data = nullptr;
+        llama_log_get(&now, &now_data);
+        ++lines;
+        if (now != bridge || now_data != bridge_data) ++swapped;
+    });
+    const auto path = generated_model("llama-tiny.gguf");
+    ContextOptions context;
+    context.n_ctx = 256;
+    auto loading = std::async(std::launch::async, [&] {
+        for (int i = 0; i < 3; ++i) EXPECT_TRUE(Model::load(shared_model("stories260K.gguf")));
+    });
+    for (int i = 0; i < 3; ++i) {
+        auto f = estimate_footprint(path, {}, context);
+        EXPECT_TRUE(f) << f.error().describe();
+    }
+    loading.get();
+    set_log_sink({});
+    set_log_level(LogLevel::none);
+    EXPECT_GT(lines.load(), 100);  // the probe and the loads did log, through the bridge
+    EXPECT_EQ(swapped.load(), 0);
 }
 
 TEST(ModelManager, TwoModelsServeSideBySideAndEachAnswersAsItDoesAlone) {

@@ -18,13 +18,6 @@ const DeviceFootprint* find(const Footprint& f, std::string_view device) {
     return nullptr;
 }
 
-// The GPU a default placement puts the layers on (layers_on_gpu()).
-std::optional<std::string> local_gpu() {
-    for (const auto& d : offload_devices())
-        if (d.backend != "RPC") return d.name;
-    return std::nullopt;
-}
-
 // Every family the generator makes: attention (plain, quantized, sliding-window), recurrent and
 // hybrid caches.
 TEST(Placement, WhatTheContextHoldsIsWhatTheEstimateSaidDeviceByDevice) {

@@ -3,18 +3,21 @@
 
 #include <gtest/gtest.h>
 
+#include <optional>
+#include <string>
+
 #include "llamapp/backend.hpp"
 #include "support/eventually.hpp"
 #include "support/stories.hpp"
 
 namespace llamapp::test {
 
-// Whether a model loaded with default options has its layers and KV cache on a local GPU (the
-// Vulkan job's lavapipe): the engine's rules for the CPU's attention kernel are off there.
-inline bool layers_on_gpu() {
+// The local GPU a model loaded with default options puts its layers and KV cache on (the Vulkan
+// job's lavapipe), if any: the engine's rules for the CPU's attention kernel are off there.
+inline std::optional<std::string> local_gpu() {
     for (const auto& d : offload_devices())
-        if (d.backend != "RPC") return true;
-    return false;
+        if (d.backend != "RPC") return d.name;
+    return std::nullopt;
 }
 
 struct Drained {
