@@ -65,7 +65,7 @@ Engine make_engine(const Model& model, const Common& c, int slots, int n_ctx, bo
     o.context.n_seq_max = slots;
     o.context.n_threads = c.threads;
     o.prefix_reuse = reuse;
-    o.draft_tokens = c.draft_tokens;
+    o.speculative.n_max = c.draft_tokens;
     o.max_queued_requests = 1024;
     auto e = Engine::create(model, o);
     if (!e) throw std::runtime_error(e.error().describe());

@@ -68,7 +68,7 @@ ModelSpec spec(const std::string& id, const std::string& path, const Common& c) 
     s.engine.context.n_ctx = c.n_ctx;
     s.engine.context.n_seq_max = c.slots;
     s.engine.context.n_threads = c.threads;
-    s.engine.draft_tokens = 0;
+    s.engine.speculative.n_max = 0;
     return s;
 }
 

@@ -20,6 +20,7 @@
 #include "llama_flags.hpp"
 #include "options.hpp"
 #include "run_output.hpp"
+#include "speculative_flags.hpp"
 
 namespace llamapp::cli {
 
@@ -30,7 +31,7 @@ struct RunFlags {
     ContextFlags context;
     SamplingFlags sampling;
     CacheFlags cache;
-    DraftFlags draft;
+    SpeculativeFlags speculative;
     std::string prompt;
     std::string prompt_file;
     std::vector<std::string> words;  // `run [MODEL] [PROMPT]`, as `ollama run` takes them
@@ -202,7 +203,8 @@ Result<Engine> make_engine(const RunFlags& flags, const Model& model, const Chat
         policy.on_finish = policy.on_prefill = policy.on_evict = policy.on_shutdown = false;
         engine_options.save_policy = policy;
     }
-    apply_draft(flags.draft, engine_options);
+    if (auto ok = apply_speculative(flags.speculative, engine_options); !ok)
+        return std::unexpected(ok.error());
     return Engine::create(model, std::move(engine_options));
 }
 
@@ -247,7 +249,7 @@ Runner add_run(CLI::App& app) {
     add_sampling(*cmd, flags->sampling);
     add_constraints(*cmd, flags->sampling);
     add_cache(*cmd, flags->cache);
-    add_draft(*cmd, flags->draft);
+    add_speculative(*cmd, flags->speculative);
     cmd->add_option("words", flags->words,
                     "MODEL (a file, a name from `llamapp ls`, or a hub owner/repo[:QUANT]) and "
                     "PROMPT, instead of -m and -p")

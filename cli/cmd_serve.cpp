@@ -275,10 +275,10 @@ Result<ModelManagerOptions> manager_options(const ServeFlags& flags,
     std::stringstream items(flags.memory_budget);
     for (std::string item; std::getline(items, item, ',');) {
         const auto eq = item.find('=');
-        const std::string device = eq == std::string::npos ? std::string(host_device)
-                                                           : item.substr(0, eq);
-        auto bytes = parse_size(eq == std::string::npos ? item : item.substr(eq + 1),
-                                "--memory-budget");
+        const std::string device =
+            eq == std::string::npos ? std::string(host_device) : item.substr(0, eq);
+        auto bytes =
+            parse_size(eq == std::string::npos ? item : item.substr(eq + 1), "--memory-budget");
         if (!bytes) return std::unexpected(bytes.error());
         mo.memory_budget[device] = *bytes;
     }
@@ -503,7 +503,7 @@ Runner add_serve(CLI::App& app) {
     add_common(*cmd, flags->common, true);
     add_context(*cmd, flags->context);
     add_cache(*cmd, flags->cache);
-    add_draft(*cmd, flags->draft);
+    add_speculative(*cmd, flags->speculative);
     add_serve_options(*cmd, *flags);
     return [flags]() -> int { return serve(flags); };
 }

@@ -16,9 +16,9 @@ struct Group {
     std::vector<std::string_view> options;
 };
 
-// In the order the help lists them.
-const std::vector<Group>& groups() {
-    static const std::vector<Group> table = {
+// In the order the help lists them: what a model does, then how it is served.
+std::vector<Group> model_groups() {
+    return {
         {"Model",
          true,
          {"model", "hf-repo", "hf-file", "offline", "alias", "ctx-size", "parallel", "threads",
@@ -62,6 +62,11 @@ const std::vector<Group>& groups() {
           "grammar-file",
           "json-schema",
           "deterministic"}},
+    };
+}
+
+std::vector<Group> serving_groups() {
+    return {
         {"KV cache",
          false,
          {"cache-ram", "cache-disk", "cache-disk-max", "cache-min-tokens", "cache-type-k",
@@ -83,14 +88,29 @@ const std::vector<Group>& groups() {
         {"Performance",
          false,
          {"batch-size", "ubatch-size", "threads-batch", "flash-attn", "no-mmap", "load-mode",
-          "draft-tokens", "draft-match", "draft-batch-rows", "min-prefill-rows", "prefill-chunk",
-          "batch-strategy"}},
+          "min-prefill-rows", "prefill-chunk", "batch-strategy"}},
+        {"Speculative decoding",
+         false,
+         {"spec-type", "spec-draft-n-max", "spec-draft-n-min", "draft-match", "draft-batch-rows",
+          "spec-default", "spec-ngram-simple-size-n", "spec-ngram-simple-size-m",
+          "spec-ngram-simple-min-hits", "spec-ngram-map-k-size-n", "spec-ngram-map-k-size-m",
+          "spec-ngram-map-k-min-hits", "spec-ngram-map-k4v-size-n", "spec-ngram-map-k4v-size-m",
+          "spec-ngram-map-k4v-min-hits", "spec-ngram-mod-n-match", "spec-ngram-mod-n-min",
+          "spec-ngram-mod-n-max"}},
         {"Logging", false, {"log-level", "verbose", "verbosity", "log-disable"}},
         // Taken so that a llama-server command line runs unchanged; each says what it does here.
         {"llama-server compatibility",
          false,
          {"metrics", "ui", "backend-sampling", "cont-batching"}},
     };
+}
+
+const std::vector<Group>& groups() {
+    static const std::vector<Group> table = [] {
+        std::vector<Group> all = model_groups();
+        for (Group& g : serving_groups()) all.push_back(std::move(g));
+        return all;
+    }();
     return table;
 }
 

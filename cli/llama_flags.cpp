@@ -67,11 +67,11 @@ std::string why_not(std::string_view flag) {
     static const std::vector<std::pair<std::string_view, std::string_view>> reasons = {
         {"--lora", "LoRA adapters are not supported yet"},
         {"--model-draft",
-         "draft models are not supported yet; --draft-tokens drafts from the "
-         "prompt itself (prompt lookup)"},
+         "draft models are not supported yet; --spec-type takes lookup and llama.cpp's n-gram "
+         "kinds"},
         {"--spec-",
-         "draft models are not supported yet; --draft-tokens drafts from the prompt "
-         "itself (prompt lookup)"},
+         "draft models and MTP heads are not supported yet; --spec-type takes lookup and "
+         "llama.cpp's n-gram kinds"},
         {"--mmproj", "multimodal input is not supported yet"},
         {"--media-path", "multimodal input is not supported yet"},
         {"--webui", "llamapp has no web UI"},

@@ -359,29 +359,6 @@ void add_cache(CLI::App& app, CacheFlags& flags) {
         ->capture_default_str();
 }
 
-void add_draft(CLI::App& app, DraftFlags& flags) {
-    app.add_option("--draft-tokens", flags.tokens,
-                   "prompt-lookup speculation: tokens a stream may draft from its own history "
-                   "per decode, each kept only if sampling picks it (0 = off)")
-        ->capture_default_str()
-        ->check(CLI::NonNegativeNumber);
-    app.add_option("--draft-match", flags.match,
-                   "tokens that must repeat before --draft-tokens drafts what followed them")
-        ->capture_default_str()
-        ->check(CLI::PositiveNumber);
-    app.add_option("--draft-batch-rows", flags.batch_rows,
-                   "draft only while the streams' decode call holds at most this many rows "
-                   "(streams + drafts; a CPU gains little beyond 4, a GPU can take more)")
-        ->capture_default_str()
-        ->check(CLI::PositiveNumber);
-}
-
-void apply_draft(const DraftFlags& flags, EngineOptions& options) {
-    options.draft_tokens = flags.tokens;
-    options.draft_match = flags.match;
-    options.draft_batch_rows = flags.batch_rows;
-}
-
 Result<std::shared_ptr<KvStore>> open_kv_store(const CacheFlags& flags) {
     constexpr std::uint64_t mib = 1ull << 20;
     constexpr std::int64_t most_mib = 1ll << 24;

@@ -57,13 +57,6 @@ struct CacheFlags {
     int min_tokens = SavePolicy{}.min_tokens;
 };
 
-// Prompt-lookup speculation (EngineOptions::draft_tokens, draft_match, draft_batch_rows).
-struct DraftFlags {
-    int tokens = EngineOptions{}.draft_tokens;
-    int match = EngineOptions{}.draft_match;
-    int batch_rows = EngineOptions{}.draft_batch_rows;
-};
-
 // llama.cpp's sampling flags; SamplingParams' defaults are theirs.
 struct SamplingFlags {
     SamplingParams params;
@@ -93,8 +86,6 @@ void add_sampling(CLI::App& app, SamplingFlags& flags);
 // --grammar, --grammar-file and --json-schema (a CLI run's; a server's requests bring theirs).
 void add_constraints(CLI::App& app, SamplingFlags& flags);
 void add_cache(CLI::App& app, CacheFlags& flags);
-void add_draft(CLI::App& app, DraftFlags& flags);
-void apply_draft(const DraftFlags& flags, EngineOptions& options);
 
 // Rewrites llama.cpp's multi-letter single-dash flags (-ngl, -ctk, ...) to long forms CLI11
 // knows (normalize_flag), reversed as CLI11 parses them.

@@ -9,6 +9,7 @@
 #include "llamapp/model_manager.hpp"
 #include "llamapp/server.hpp"
 #include "options.hpp"
+#include "speculative_flags.hpp"
 
 namespace llamapp::cli {
 
@@ -22,7 +23,7 @@ struct ServeFlags {
     int min_prefill_rows = EngineOptions{}.min_prefill_rows;
     int prefill_chunk = EngineOptions{}.prefill_chunk;
     std::string batch_strategy = "decode_maximal";
-    DraftFlags draft;
+    SpeculativeFlags speculative;
     SamplingFlags sampling;  // the defaults of a request that leaves a field out
     int n_predict = -1;
     std::vector<std::string> api_keys;  // --api-key: repeatable and comma lists

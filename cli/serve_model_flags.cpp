@@ -150,7 +150,8 @@ Result<ModelSpec> model_defaults(const ServeFlags& flags) {
     s.engine.min_prefill_rows = flags.min_prefill_rows;
     s.engine.prefill_chunk = flags.prefill_chunk;
     s.engine.strategy = *strategy;
-    apply_draft(flags.draft, s.engine);
+    if (auto ok = apply_speculative(flags.speculative, s.engine); !ok)
+        return std::unexpected(ok.error());
     s.defaults.sampling = *sampling;
     s.defaults.max_tokens = flags.n_predict < 0 ? -1 : flags.n_predict;
     if (flags.reasoning != "auto") s.defaults.enable_thinking = flags.reasoning == "on";

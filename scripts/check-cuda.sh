@@ -11,7 +11,9 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 export LLAMAPP_BACKEND=cuda
-export LLAMAPP_CMAKE_ARGS="-DCMAKE_CUDA_ARCHITECTURES=${1:-90} ${LLAMAPP_CMAKE_ARGS:-}"
+# The test programs list their tests when ctest runs, not after linking: listing them here would
+# start them, and without a GPU driver (libcuda.so.1) they cannot start.
+export LLAMAPP_CMAKE_ARGS="-DCMAKE_CUDA_ARCHITECTURES=${1:-90} -DCMAKE_GTEST_DISCOVER_TESTS_DISCOVERY_MODE=PRE_TEST ${LLAMAPP_CMAKE_ARGS:-}"
 # What a server on a GPU needs, and the tests that would run there; not the benchmarks.
 export LLAMAPP_BUILD_TARGETS=${LLAMAPP_BUILD_TARGETS:-"llamapp-cli llamapp_integration_tests llamapp_e2e_tests"}
 start=$SECONDS

@@ -18,6 +18,7 @@
 #include "llamapp/metrics.hpp"
 #include "llamapp/model.hpp"
 #include "llamapp/request_handle.hpp"
+#include "llamapp/speculative.hpp"
 
 namespace llamapp {
 
@@ -55,7 +56,7 @@ struct EngineOptions {
     // no prefix reuse (live or from the KV store) and no drafts. Otherwise a reply can change
     // with what else runs: llama.cpp's CPU kernels sum in an order that follows how many rows a
     // decode holds and where a sequence's cells lie (docs/server.md, "When outputs are
-    // bit-identical"). Overrides context.n_seq_max, prefix_reuse and draft_tokens.
+    // bit-identical"). Overrides context.n_seq_max, prefix_reuse and speculative.
     bool deterministic = false;
     int slots() const { return deterministic ? 1 : static_cast<int>(context.n_seq_max); }
     std::size_t max_queued_requests = 64;     // accepted but not yet in a slot (>= 1)
@@ -75,23 +76,15 @@ struct EngineOptions {
     // calls (figures: docs/performance.md). Ignored where min_prefill_rows is, and with a cache per
     // slot, where each sequence attends to its own cells only.
     bool separate_prompt_rows = true;
-    // Prompt-lookup speculation. When the last `draft_match` tokens of a decoding sequence
-    // occurred earlier in it (prompt or reply), up to `draft_tokens` of the tokens that followed
-    // there ride along in the same decode, and each is kept while it equals what the request's
-    // own sampler picks from the logits computed for it: the sampler sees exactly what it would
-    // without drafts, and text that repeats (code being edited, quotes, lists, loops) comes
-    // several tokens per decode. A sequence whose drafts keep missing drafts less and less
+    // Speculative decoding. Drafts for a decoding sequence (by default from its own history:
+    // prompt lookup) ride along in the same decode, and each is kept while it equals what the
+    // request's own sampler picks from the logits computed for it: the sampler sees exactly what
+    // it would without drafts, and text that repeats (code being edited, quotes, lists, loops)
+    // comes several tokens per decode. A sequence whose drafts keep missing drafts less and less
     // often. On by default: a stream with nothing to match drafts nothing and pays nothing
-    // (how much of a reply comes as kept drafts: docs/performance.md). 0 = off; ignored for
-    // models whose cache cannot drop a tail (recurrent, hybrid).
-    int draft_tokens = 3;
-    int draft_match = 3;
-    // Drafts ride along only while the streams' decode call holds at most this many rows
-    // (streams + drafts): on a CPU a decode's cost grows with its rows, so drafting pays for one
-    // or two streams and loses once several streams fill the batch; a GPU can take far more
-    // (docs/performance.md). With a cache per slot (kv_layout), only a stream decoding alone
-    // drafts: llama.cpp would give a lead and its drafts beside other streams a pass of its own.
-    int draft_batch_rows = 4;
+    // (how much of a reply comes as kept drafts: docs/performance.md). Ignored for models whose
+    // cache cannot drop a tail (recurrent, hybrid).
+    SpeculativeOptions speculative;
     std::shared_ptr<BatchStrategy> strategy;  // null = decode_maximal()
     bool prefix_reuse = true;                 // live prefix reuse and cross-slot adoption
     // A slot whose cached prefix covers less than this share of a prompt is not preferred over
@@ -138,6 +131,10 @@ struct EngineRequest {
     // Attach Progress to every piece and send progress events while the prompt is computed
     // (llama-server's return_progress and timings_per_token).
     bool report_progress = false;
+    // Drafts for this request (llama-server's speculative.n_max / n_min): -1 = the engine's
+    // (EngineOptions::speculative); draft_max 0 turns them off for it.
+    int draft_max = -1;
+    int draft_min = -1;
 };
 
 struct SessionInfo {
@@ -241,6 +238,9 @@ class Engine {
     MetricsRegistry& metrics() const;
     int n_ctx() const;    // tokens one sequence may hold
     int n_batch() const;  // tokens one decode call takes
+    // Where drafts come from and how many (EngineOptions::speculative; none where the model's
+    // cache cannot drop a tail, or with `deterministic`).
+    const SpeculativeOptions& speculative() const;
 
   private:
     explicit Engine(std::unique_ptr<detail::EngineCore> core);

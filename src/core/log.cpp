@@ -9,6 +9,7 @@
 #include "core/log_internal.hpp"
 #include "ggml.h"
 #include "llama.h"
+#include "log.h"  // llama.cpp common's logger
 
 namespace llamapp {
 namespace {
@@ -95,10 +96,32 @@ void llama_log_callback(ggml_log_level level, const char* text, void*) {
     }
 }
 
+// llama.cpp common (its fit, its n-gram drafters) prints through a logger of its own, to the
+// terminal, with no callback to bridge. Its threshold follows llamapp's level, its info lines
+// shown only at debug like llama.cpp's own (a server's stdout is not theirs).
+void follow_in_common_log(LogLevel level) {
+    switch (level) {
+        case LogLevel::debug:
+            common_log_set_verbosity_thold(LOG_LEVEL_DEBUG);
+            break;
+        case LogLevel::info:
+        case LogLevel::warning:
+            common_log_set_verbosity_thold(LOG_LEVEL_WARN);
+            break;
+        case LogLevel::error:
+            common_log_set_verbosity_thold(LOG_LEVEL_ERROR);
+            break;
+        case LogLevel::none:
+            common_log_set_verbosity_thold(-1);
+            break;
+    }
+}
+
 }  // namespace
 
 void set_log_level(LogLevel level) {
     g_level.store(level, std::memory_order_relaxed);
+    follow_in_common_log(level);
 }
 LogLevel log_level() {
     return g_level.load(std::memory_order_relaxed);
@@ -172,6 +195,7 @@ QuietLlamaWarnings::~QuietLlamaWarnings() {
 void install_llama_log_bridge() {
     llama_log_set(llama_log_callback, nullptr);
     ggml_log_set(llama_log_callback, nullptr);
+    follow_in_common_log(log_level());
 }
 
 }  // namespace detail

@@ -42,13 +42,7 @@ Result<void> validate(const EngineOptions& o) {
     if (!(o.min_prefix_similarity >= 0 && o.min_prefix_similarity <= 1))
         return fail(ErrorCode::invalid_argument, "min_prefix_similarity must be in [0, 1]",
                     "min_prefix_similarity");
-    if (o.draft_tokens < 0)
-        return fail(ErrorCode::invalid_argument, "draft_tokens must be >= 0", "draft_tokens");
-    if (o.draft_batch_rows < 1)
-        return fail(ErrorCode::invalid_argument, "draft_batch_rows must be >= 1",
-                    "draft_batch_rows");
-    if (o.draft_match < 1)
-        return fail(ErrorCode::invalid_argument, "draft_match must be >= 1", "draft_match");
+    if (auto ok = o.speculative.validate(); !ok) return ok;
     if (o.min_prefill_rows < 0)
         return fail(ErrorCode::invalid_argument, "min_prefill_rows must be >= 0",
                     "min_prefill_rows");
@@ -75,7 +69,7 @@ Result<Engine> Engine::create(const Model& model, EngineOptions options) {
     if (options.deterministic) {
         options.context.n_seq_max = options.slots();
         options.prefix_reuse = false;
-        options.draft_tokens = 0;
+        options.speculative.n_max = 0;
     }
     options.context.kv_unified = options.unified_kv();
     auto context = Context::create(model, options.context);
@@ -90,6 +84,8 @@ Result<Engine> Engine::create(const Model& model, EngineOptions options) {
     if (!metrics) return std::unexpected(metrics.error());
     ReuseModes modes = detail::context_state(*context).sequences.probe(
         model.tokenizer().vocab_size(), model.info().sliding_window);
+    // A draft not taken is cut off the cache's tail, which a recurrent state cannot do.
+    if (!modes.trim_tail) options.speculative.n_max = 0;
     const int n_ctx_seq = detail::context_state(*context).n_ctx_seq();
     auto persistence = detail::make_store_settings(model, options, modes, n_ctx_seq);
     if (!persistence) return std::unexpected(persistence.error());
@@ -124,6 +120,18 @@ Result<std::unique_ptr<detail::Pending>> prepare(detail::EngineCore& s, EngineRe
     if (request.queue_timeout.count() < -1) {
         return fail(ErrorCode::invalid_argument, "queue_timeout must be >= -1", "queue_timeout");
     }
+    for (const auto& [value, field] : {std::pair{request.draft_max, "speculative.n_max"},
+                                       std::pair{request.draft_min, "speculative.n_min"}})
+        if (value < -1 || value > max_draft_tokens)
+            return fail(
+                ErrorCode::invalid_argument,
+                fmt::format("{} must be in [0, {}], got {}", field, max_draft_tokens, value),
+                field);
+    if (request.draft_max >= 0 && request.draft_min > request.draft_max)
+        return fail(ErrorCode::invalid_argument,
+                    fmt::format("speculative.n_min ({}) exceeds speculative.n_max ({})",
+                                request.draft_min, request.draft_max),
+                    "speculative.n_min");
     if (request.slot != -1)
         if (auto ok = s.check_slot(request.slot); !ok) return std::unexpected(ok.error());
     if (request.slot >= 0 && !request.session.empty())
@@ -302,6 +310,10 @@ MetricsRegistry& Engine::metrics() const {
 }
 int Engine::n_ctx() const {
     return core_->n_ctx_seq();
+}
+
+const SpeculativeOptions& Engine::speculative() const {
+    return core_->options().speculative;
 }
 
 int Engine::n_batch() const {

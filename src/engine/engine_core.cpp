@@ -37,10 +37,9 @@ SchedulerOptions scheduler_options(const EngineOptions& options, const ReuseMode
     s.prefill_rows = cpu_fa ? static_cast<std::size_t>(std::max(0, options.min_prefill_rows)) : 0;
     // A tile sweeps other sequences' cells only where they share one cache.
     s.separate_prompt_rows = cpu_fa && options.separate_prompt_rows && state.sequences.unified();
-    s.draft_tokens = options.draft_tokens;
-    s.draft_match = options.draft_match;
+    s.draft_tokens = options.speculative.enabled() ? options.speculative.n_max : 0;
     // Within one ubatch, so that a lead and its drafts are placed together.
-    s.draft_rows = std::min(options.draft_batch_rows, state.n_ubatch());
+    s.draft_rows = std::min(options.speculative.batch_rows, state.n_ubatch());
     s.cache_per_slot = !state.sequences.unified();
     s.strategy = options.strategy;
     if (store.store) {
@@ -65,9 +64,10 @@ EngineCore::EngineCore(Context context, EngineOptions options, EngineMetrics met
       inbox_(std::make_shared<Inbox>()),
       scheduler_(scheduler_options(options_, modes_, state_, store, attention_on_host(context_))),
       slots_(state_.sequences, state_.n_seq_max()),
+      drafter_(options_.speculative, state_.n_seq_max()),
       persistence_(std::move(store), slots_, state_.sequences, scheduler_, modes_),
       delivery_(options_.on_lifecycle, metrics_, persistence_, [this] { publish_gauges(); }),
-      executor_(state_, scheduler_, slots_, persistence_, delivery_, metrics_, modes_),
+      executor_(state_, scheduler_, slots_, drafter_, persistence_, delivery_, metrics_, modes_),
       actions_(slots_, persistence_) {
     metrics_.kv_capacity->set(static_cast<double>(state_.n_ctx()));
 }

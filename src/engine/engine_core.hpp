@@ -118,6 +118,7 @@ class EngineCore {
     // Decode thread state, in the order each part needs the ones before it.
     Scheduler scheduler_;  // decisions; the parts below carry them out
     SlotTable slots_;
+    Drafter drafter_;
     KvPersistence persistence_;
     Delivery delivery_;
     Executor executor_;

@@ -40,12 +40,15 @@ void register_decode_loop(MetricsRegistry& r, MetricRegistration& keep, const La
                    "compute them again",
                    labels),
          m.preempted);
-    keep(r.counter("llamapp_draft_tokens_total",
-                   "Tokens proposed by prompt-lookup speculation and decoded as drafts", labels),
-         m.draft_tokens);
-    keep(r.counter("llamapp_draft_tokens_accepted_total",
-                   "Drafted tokens that the sampler confirmed", labels),
-         m.draft_accepted);
+    CounterFamily drafted(r, keep, "llamapp_draft_tokens_total",
+                          "Drafted tokens decoded, by where the drafts came from", labels, "kind");
+    CounterFamily accepted(r, keep, "llamapp_draft_tokens_accepted_total",
+                           "Drafted tokens that the sampler confirmed, by kind", labels, "kind");
+    for (std::size_t k = 0; k < draft_kind_count; ++k) {
+        const std::string kind(to_string(static_cast<DraftKind>(k)));
+        drafted(kind.c_str(), m.draft_tokens[k]);
+        accepted(kind.c_str(), m.draft_accepted[k]);
+    }
 }
 
 }  // namespace
@@ -123,7 +126,7 @@ Result<LlamaServerMetrics> LlamaServerMetrics::create(MetricsRegistry& r) {
     keep(r.counter("llamacpp:n_decode_total", "Total number of llama_decode() calls"), m.decodes);
     keep(r.counter("llamacpp:n_tokens_max", "Largest observed n_tokens."), m.n_tokens_max);
     keep(r.counter("llamacpp:spec_decode_num_draft_tokens_total",
-                   "Number of draft tokens proposed (prompt lookup)."),
+                   "Number of draft tokens proposed."),
          m.draft_tokens);
     keep(r.counter("llamacpp:spec_decode_num_accepted_tokens_total",
                    "Number of draft tokens accepted."),
@@ -178,6 +181,13 @@ void LlamaServerMetrics::count_drafts(int decoded, int accepted) {
     draft_tokens->inc(decoded);
     draft_accepted->inc(accepted);
     drafts->inc();
+}
+
+void EngineMetrics::count_drafts(DraftKind kind, int decoded, int accepted) {
+    const auto k = static_cast<std::size_t>(kind);
+    draft_tokens[k]->inc(decoded);
+    draft_accepted[k]->inc(accepted);
+    llama_server.count_drafts(decoded, accepted);
 }
 
 void EngineMetrics::count_outcome(const Generation& g) {

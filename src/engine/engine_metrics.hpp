@@ -1,11 +1,13 @@
 // Internal: the metric families the engine writes, registered once per engine.
 #pragma once
 
+#include <array>
 #include <memory>
 
 #include "llamapp/generation.hpp"
 #include "llamapp/metrics.hpp"
 #include "llamapp/request_handle.hpp"
+#include "llamapp/speculative.hpp"
 
 namespace llamapp::detail {
 
@@ -54,6 +56,8 @@ struct EngineMetrics {
     void count_outcome(const Generation& g);  // by finish reason, timeouts apart
     void count_rejected() { rejected->inc(); }
     void count_reuse(ReuseSource source, int tokens);
+    // A lead's drafts: how many were decoded and how many of them the sampler confirmed.
+    void count_drafts(DraftKind kind, int decoded, int accepted);
 
     std::shared_ptr<MetricsRegistry> registry;
     Counter* stop = nullptr;
@@ -72,10 +76,11 @@ struct EngineMetrics {
     // planning, sampling, detokenizing and handing pieces to the callers.
     Counter* step_seconds = nullptr;
     Counter* decode_seconds = nullptr;
-    Counter* kv_pressure = nullptr;     // llama_decode found no room
-    Counter* preempted = nullptr;       // running requests that gave their cells up for a while
-    Counter* draft_tokens = nullptr;    // EngineOptions::draft_tokens: proposed and decoded
-    Counter* draft_accepted = nullptr;  // of those, confirmed by the sampler
+    Counter* kv_pressure = nullptr;  // llama_decode found no room
+    Counter* preempted = nullptr;    // running requests that gave their cells up for a while
+    // By DraftKind: proposed and decoded, and of those confirmed by the sampler.
+    std::array<Counter*, draft_kind_count> draft_tokens{};
+    std::array<Counter*, draft_kind_count> draft_accepted{};
     Counter* reuse_none = nullptr;
     Counter* reuse_same = nullptr;
     Counter* reuse_other = nullptr;

@@ -14,12 +14,13 @@ double seconds(Reply::Clock::duration d) {
 
 }  // namespace
 
-Executor::Executor(ContextState& state, Scheduler& scheduler, SlotTable& slots,
+Executor::Executor(ContextState& state, Scheduler& scheduler, SlotTable& slots, Drafter& drafter,
                    KvPersistence& persistence, Delivery& delivery, EngineMetrics& metrics,
                    const ReuseModes& modes)
     : state_(state),
       scheduler_(scheduler),
       slots_(slots),
+      drafter_(drafter),
       persistence_(persistence),
       delivery_(delivery),
       metrics_(metrics),
@@ -29,6 +30,7 @@ Executor::Executor(ContextState& state, Scheduler& scheduler, SlotTable& slots,
       // can be cut off again.
       pad_gaps_(!state.sequences.unified() && modes.trim_tail && modes.sliding_window == 0),
       split_(state.n_ubatch()),
+      draft_kinds_(static_cast<std::size_t>(slots.size())),
       batch_(state.n_batch()) {}
 
 void Executor::step(std::size_t queue_depth) {
@@ -71,6 +73,7 @@ std::span<const StreamView> Executor::stream_views() {
              .to_decode = r.to_decode,
              .save_at = r.save_at,
              .draft_wait = r.draft_wait,
+             .draft_max = r.pending->request.draft_max,
              .max_tokens = options.max_tokens,
              .completion_tokens = r.pending->reply->result().usage.completion_tokens});
     }
@@ -80,6 +83,52 @@ std::span<const StreamView> Executor::stream_views() {
 void Executor::plan_rows(std::size_t queue_depth) {
     scheduler_.plan_step(stream_views(), queue_depth, plan_);
     for (int slot : plan_.waited) --slots_[slot].running->draft_wait;
+    fill_drafts();
+}
+
+// The drafter's proposals into the rows the plan left for them, in stream order while the
+// step's draft room lasts; the rows nothing was proposed for leave the step.
+void Executor::fill_drafts() {
+    wants_.clear();
+    leads_.clear();
+    for (std::size_t i = 0; i < rows_.size(); ++i) {
+        const Row& row = rows_[i];
+        if (row.drafts == 0) continue;
+        const Slot& s = slots_[row.slot];
+        wants_.push_back({.seq = s.seq,
+                          .request = row.request,
+                          .history = slots_.held(s),
+                          .next = row.token,
+                          .n_max = row.drafts,
+                          .n_min = s.running->pending->request.draft_min});
+        leads_.push_back(i);
+    }
+    if (wants_.empty()) return;
+    if (proposals_.size() < wants_.size()) proposals_.resize(wants_.size());
+    drafter_.propose(wants_, proposals_);
+    int room = plan_.draft_room;
+    std::size_t out = 0;
+    std::size_t lead = 0;
+    for (std::size_t i = 0; i < rows_.size(); ++i) {
+        if (lead == leads_.size() || leads_[lead] != i) {
+            rows_[out++] = rows_[i];
+            continue;
+        }
+        const Drafter::Proposal& proposal = proposals_[lead++];
+        const int planned = rows_[i].drafts;
+        const int kept = std::min(static_cast<int>(proposal.tokens.size()), room);
+        room -= kept;
+        rows_[i].drafts = kept;
+        draft_kinds_[static_cast<std::size_t>(rows_[i].slot)] = proposal.kind;
+        rows_[out++] = rows_[i];
+        for (int k = 0; k < kept; ++k) {
+            Row& draft = rows_[i + 1 + static_cast<std::size_t>(k)];
+            draft.token = proposal.tokens[static_cast<std::size_t>(k)];
+            rows_[out++] = draft;
+        }
+        i += static_cast<std::size_t>(planned);
+    }
+    rows_.resize(out);
 }
 
 // A row still takes part in the step: it is not a draft dropped for room, and it still belongs
@@ -350,9 +399,8 @@ bool Executor::accept_drafts(Slot& s, std::size_t lead, bool finished) {
     if (accepted < decoded)  // the cells past what the sequence holds are drafts not taken
         // Drafts only run where the model trims (Scheduler::plan_step), so this cannot fail.
         static_cast<void>(state_.sequences.rewind_to_held(s.seq));
-    metrics_.draft_tokens->inc(decoded);
-    metrics_.draft_accepted->inc(accepted);
-    metrics_.llama_server.count_drafts(decoded, accepted);
+    drafter_.accepted(s.seq, accepted);
+    metrics_.count_drafts(draft_kinds_[static_cast<std::size_t>(s.seq)], decoded, accepted);
     r.draft_tokens += decoded;
     r.draft_accepted += accepted;
     const auto next = Scheduler::after_drafts(decoded, accepted, {r.draft_wait, r.draft_backoff});

@@ -10,6 +10,7 @@
 
 #include "core/context_state.hpp"
 #include "engine/delivery.hpp"
+#include "engine/drafter.hpp"
 #include "engine/engine_metrics.hpp"
 #include "engine/kv_persistence.hpp"
 #include "engine/scheduler.hpp"
@@ -22,7 +23,7 @@ class Executor {
   public:
     using Clock = Reply::Clock;
     // Every reference outlives the executor.
-    Executor(ContextState& state, Scheduler& scheduler, SlotTable& slots,
+    Executor(ContextState& state, Scheduler& scheduler, SlotTable& slots, Drafter& drafter,
              KvPersistence& persistence, Delivery& delivery, EngineMetrics& metrics,
              const ReuseModes& modes);
 
@@ -39,6 +40,7 @@ class Executor {
     void run_step(std::size_t queue_depth);
     std::span<const StreamView> stream_views();
     void plan_rows(std::size_t queue_depth);
+    void fill_drafts();
     void process_rows(std::size_t begin, std::size_t end);
     std::span<const int> gap_padding(std::size_t begin, std::size_t end);
     void commit_rows(std::size_t begin, std::size_t end);
@@ -64,6 +66,7 @@ class Executor {
     ContextState& state_;
     Scheduler& scheduler_;
     SlotTable& slots_;
+    Drafter& drafter_;
     KvPersistence& persistence_;
     Delivery& delivery_;
     EngineMetrics& metrics_;
@@ -79,6 +82,10 @@ class Executor {
     std::vector<Row>& rows_ = plan_.rows;
     std::vector<StreamView> stream_views_;
     std::vector<int> resuming_;
+    std::vector<Drafter::Want> wants_;
+    std::vector<Drafter::Proposal> proposals_;
+    std::vector<std::size_t> leads_;      // the rows of wants_' streams
+    std::vector<DraftKind> draft_kinds_;  // per slot: where its last drafts came from
     LlamaBatch batch_;
 };
 

@@ -5,7 +5,6 @@
 #include <algorithm>
 
 #include "core/reuse_rules.hpp"
-#include "engine/ngram_draft.hpp"
 
 namespace llamapp::detail {
 
@@ -280,7 +279,8 @@ void Scheduler::split_batch(std::span<const StreamView> streams, std::size_t que
 int Scheduler::drafts_allowed(const StreamView& s, int room, bool& waits) const {
     waits = false;
     const ReuseModes& modes = options_.modes;
-    if (options_.draft_tokens == 0 || !modes.trim_tail || room <= 0) return 0;
+    const int draft_max = s.draft_max >= 0 ? s.draft_max : options_.draft_tokens;
+    if (options_.draft_tokens == 0 || draft_max == 0 || !modes.trim_tail || room <= 0) return 0;
     // A sliding-window cache reuses cells that have slid out of the window of the newest
     // position it holds. Drafts in the same ubatch as their lead only free cells the lead
     // itself no longer sees, so undoing them loses nothing; a call that also carries prompt rows
@@ -291,14 +291,14 @@ int Scheduler::drafts_allowed(const StreamView& s, int room, bool& waits) const 
         return 0;
     }
     // Not past the reply's token limit (the decode row itself yields one) or the sequence's end.
-    int most = std::min(options_.draft_tokens, room);
+    int most = std::min(draft_max, room);
     most = std::min(most, options_.n_ctx_seq - 1 - static_cast<int>(s.cached.size()));
     if (s.max_tokens > 0) most = std::min(most, s.max_tokens - 1 - s.completion_tokens);
     return std::max(0, most);
 }
 
-// Appends the decode row of `s` and its drafts (at most `room`); returns how many drafts.
-int Scheduler::add_decode_rows(const StreamView& s, int room, StepPlan& plan) {
+// Appends the decode row of `s` and rows for its drafts (at most `room`); returns how many.
+void Scheduler::add_decode_rows(const StreamView& s, int room, StepPlan& plan) {
     const int lead_pos = static_cast<int>(s.cached.size());
     plan.rows.push_back({.slot = s.slot,
                          .request = s.request,
@@ -309,20 +309,16 @@ int Scheduler::add_decode_rows(const StreamView& s, int room, StepPlan& plan) {
     bool waits = false;
     const int most = drafts_allowed(s, room, waits);
     if (waits) plan.waited.push_back(s.slot);
-    if (most <= 0) return 0;
-    ngram_draft(s.cached, s.to_decode, static_cast<std::size_t>(options_.draft_match),
-                static_cast<std::size_t>(most), draft_);
-    plan.rows.back().drafts = static_cast<int>(draft_.size());
-    for (std::size_t k = 0; k < draft_.size(); ++k) {
+    if (most <= 0) return;
+    plan.rows.back().drafts = most;
+    for (int k = 0; k < most; ++k) {
         plan.rows.push_back({.slot = s.slot,
                              .request = s.request,
-                             .token = draft_[k],
-                             .pos = lead_pos + 1 + static_cast<int>(k),
+                             .pos = lead_pos + 1 + k,
                              .logits = true,
                              .decode = true,
                              .draft = true});
     }
-    return static_cast<int>(draft_.size());
 }
 
 void Scheduler::plan_step(std::span<const StreamView> streams, std::size_t queue_depth,
@@ -353,11 +349,12 @@ void Scheduler::plan_step(std::span<const StreamView> streams, std::size_t queue
     }
     room = std::min(room, options_.draft_rows - decode_rows);
     if (options_.cache_per_slot && decode_rows > 1) room = 0;
+    plan.draft_room = std::max(0, room);
     for (std::size_t i = 0; i < demand_.size(); ++i) {
         if (take_[i] == 0) continue;
         const StreamView& s = streams[stream_of_[i]];
         if (demand_[i].decoding) {
-            room -= add_decode_rows(s, room, plan);
+            add_decode_rows(s, room, plan);
             continue;
         }
         const std::size_t end = s.next_prompt + static_cast<std::size_t>(take_[i]);

@@ -80,7 +80,9 @@ struct Row {
     bool decode = false;   // feeds back a generated token (else a prompt token)
     int batch_index = -1;  // where it sits in the batch of the current decode, -1 if not in it
     int drafts = 0;        // a fed-back token: how many draft rows follow it
-    bool draft = false;    // a drafted token, checked against what its lead row samples
+    // A drafted token, checked against what its lead row samples. The plan leaves its token
+    // unset (no_token): the engine's drafter fills it, or takes the row out.
+    bool draft = false;
     bool dropped = false;  // a draft taken out of the step (no room in the KV cache)
 };
 
@@ -95,17 +97,22 @@ struct StreamView {
     Token to_decode = no_token;   // a sampled token to feed back; no_token while prefilling
     std::size_t save_at = 0;      // > next_prompt: the prefill stops there for a save
     int draft_wait = 0;           // steps left before this stream drafts again
+    int draft_max = -1;           // the request's most drafts per step (-1: the engine's)
     int max_tokens = -1;          // the reply's limit (-1: none)
     int completion_tokens = 0;    // generated so far
 };
 
 // The rows of one step, and the streams whose draft wait the step used up (one step each).
+// Each stream that may draft is followed by as many draft rows as it may take alone; the drafts
+// the drafter proposes fill them in stream order, `draft_room` of them in all.
 struct StepPlan {
     std::vector<Row> rows;
     std::vector<int> waited;  // slots
+    int draft_room = 0;
     void clear() {
         rows.clear();
         waited.clear();
+        draft_room = 0;
     }
 };
 
@@ -128,9 +135,8 @@ struct SchedulerOptions {
     // stream's does and rides along with them.
     bool separate_prompt_rows = false;
     std::size_t tile_rows = 64;
-    int draft_tokens = 0;
-    int draft_match = 3;
-    int draft_rows = 0;  // EngineOptions::draft_batch_rows within one ubatch
+    int draft_tokens = 0;  // SpeculativeOptions::n_max; 0: the engine does not draft
+    int draft_rows = 0;    // SpeculativeOptions::batch_rows within one ubatch
     // Each slot has a KV cache of its own (EngineOptions::kv_layout). llama.cpp then builds a
     // ubatch from consecutive sequence ids only, each with the same number of tokens, and every
     // extra ubatch is a pass over the weights. So a request with no prefix to reuse takes the free
@@ -199,7 +205,7 @@ class Scheduler {
     std::optional<int> fork_target(std::span<const SlotView> slots, int source) const;
 
     // The rows of the next decode step for the running streams: the strategy's split of the
-    // batch, clamped, then drafts in what is left.
+    // batch, clamped, then room for drafts in what is left (StepPlan::draft_room).
     void plan_step(std::span<const StreamView> streams, std::size_t queue_depth, StepPlan& plan);
     // After a step with drafts: the stream's next wait and backoff.
     struct DraftBackoff {
@@ -225,14 +231,13 @@ class Scheduler {
                       Admission& admission) const;
     void split_batch(std::span<const StreamView> streams, std::size_t queue_depth);
     int drafts_allowed(const StreamView& stream, int room, bool& waits) const;
-    int add_decode_rows(const StreamView& stream, int room, StepPlan& plan);
+    void add_decode_rows(const StreamView& stream, int room, StepPlan& plan);
 
     SchedulerOptions options_;
     const std::shared_ptr<BatchStrategy> fallback_ = decode_maximal();
     std::vector<SequenceDemand> demand_;
     std::vector<int> take_;
     std::vector<std::size_t> stream_of_;  // demand_[i] is streams[stream_of_[i]]
-    std::vector<Token> draft_;
 };
 
 // The least recently used slot that `pick` accepts, or nothing.

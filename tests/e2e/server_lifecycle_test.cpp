@@ -2,6 +2,7 @@
 // drafts, queue bounds under load, SIGTERM drain and a restart with the KV store.
 #include <gtest/gtest.h>
 
+#include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
 #include <atomic>
@@ -94,33 +95,87 @@ TEST(ServerOptions, CorsIsOffByDefault) {
     EXPECT_FALSE(r->has_header("Access-Control-Allow-Origin"));
 }
 
-TEST(ServerOptions, DraftsAreOnByDefaultKeepTheReplyAndShowInMetrics) {
+TEST(ServerOptions, DraftsAreOnByDefaultKeepTheReplyAndShowInMetricsByKind) {
     const json body = {{"prompt",
                         "Tom said, \"I like the red ball.\" Sue said, \"I like the red ball.\" "
                         "Tom said, \"I like"},
                        {"max_tokens", 48},
                        {"temperature", 0}};
-    std::string replies[2];
-    for (int drafting : {0, 1}) {
-        // Drafting is on unless turned off.
+    struct Setup {
+        std::vector<std::string> flags;
+        std::string kind;  // whose drafts are kept; empty: none
+    };
+    const Setup setups[] = {
+        {{"--spec-type", "none"}, ""},
+        {{}, "lookup"},  // drafting is on unless turned off
+        {{"--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "3"}, "ngram-simple"},
+        {{"--draft-tokens", "0"}, ""},  // llamapp's older name of --spec-draft-n-max
+    };
+    std::vector<std::string> replies;
+    for (const Setup& setup : setups) {
+        SCOPED_TRACE(setup.kind);
         std::vector<std::string> args = {"-m", stories(), "-c", "512", "-t", "2"};
-        if (!drafting) args.insert(args.end(), {"--draft-tokens", "0"});
+        args.insert(args.end(), setup.flags.begin(), setup.flags.end());
         ServerProcess server(args);
         auto r = server.client().Post("/v1/completions", body.dump(), "application/json");
         ASSERT_TRUE(r && r->status == 200);
-        replies[drafting] = json::parse(r->body)["choices"][0]["text"];
+        replies.push_back(json::parse(r->body)["choices"][0]["text"]);
         auto m = server.client().Get("/metrics");
         ASSERT_TRUE(m);
-        const auto value =
-            prometheus_value(m->body, "llamapp_draft_tokens_accepted_total{model=\"stories260K\"}");
-        ASSERT_TRUE(value);
-        const double accepted = *value;
-        if (drafting)
-            EXPECT_GT(accepted, 0);
-        else
-            EXPECT_EQ(accepted, 0);
+        for (const char* kind : {"lookup", "ngram-simple"}) {
+            const auto value = prometheus_value(
+                m->body, fmt::format("llamapp_draft_tokens_accepted_total{{model=\"stories260K\","
+                                     "kind=\"{}\"}}",
+                                     kind));
+            ASSERT_TRUE(value) << kind;
+            if (setup.kind == kind)
+                EXPECT_GT(*value, 0) << kind;
+            else
+                EXPECT_EQ(*value, 0) << kind;
+        }
     }
-    EXPECT_EQ(replies[1], replies[0]);
+    for (const std::string& reply : replies) EXPECT_EQ(reply, replies.front());
+}
+
+// Per request: llama-server's speculative.n_max / n_min, `speculative: false`, and the drafts in
+// the reply's timings (draft_n, draft_n_accepted; absent when none were decoded, as there).
+TEST(ServerOptions, ARequestBoundsItsDraftsAndItsTimingsCountThem) {
+    ServerProcess server({"-m", stories(), "-c", "512", "-t", "2"});
+    auto ask = [&](const json& fields) {
+        json body = {{"prompt",
+                      "Once upon a time, there was a little girl named Lily. Once upon a time, "
+                      "there was a"},
+                     {"n_predict", 32},
+                     {"temperature", 0}};
+        body.update(fields);
+        return server.client().Post("/completion", body.dump(), "application/json");
+    };
+    auto plain = ask(json::object());
+    ASSERT_TRUE(plain && plain->status == 200);
+    const json t = json::parse(plain->body)["timings"];
+    ASSERT_TRUE(t.contains("draft_n")) << t;
+    EXPECT_GT(t["draft_n_accepted"].get<int>(), 0);
+    EXPECT_LE(t["draft_n_accepted"].get<int>(), t["draft_n"].get<int>());
+    const std::string text = json::parse(plain->body)["content"];
+    for (const json& off : {json{{"speculative", false}}, json{{"speculative.n_max", 0}},
+                            json{{"speculative", {{"n_max", 0}}}}}) {
+        auto r = ask(off);
+        ASSERT_TRUE(r && r->status == 200) << off;
+        const json body = json::parse(r->body);
+        EXPECT_FALSE(body["timings"].contains("draft_n")) << off;
+        EXPECT_EQ(body["content"], text) << off;
+    }
+    auto one = ask({{"speculative.n_max", 1}});
+    ASSERT_TRUE(one && one->status == 200);
+    EXPECT_EQ(json::parse(one->body)["content"], text);
+    EXPECT_LE(json::parse(one->body)["timings"]["draft_n"].get<int>(), 32);
+    for (const json& bad : {json{{"speculative.n_max", -1}}, json{{"speculative", "yes"}},
+                            json{{"speculative.n_max", 2}, {"speculative.n_min", 3}}}) {
+        auto r = ask(bad);
+        ASSERT_TRUE(r) << bad;
+        EXPECT_EQ(r->status, 400) << bad << r->body;
+        EXPECT_TRUE(json::parse(r->body).contains("error")) << r->body;
+    }
 }
 
 TEST(ServerLoad, QueueFullIs429WithRetryAfter) {

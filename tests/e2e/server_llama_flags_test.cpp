@@ -270,6 +270,27 @@ TEST(LlamaServerFlags, WhatLlamappCannotHonourIsRefusedByName) {
     }
 }
 
+// llama-server's speculative flags that llamapp takes, given wrong: one line each, at start.
+TEST(LlamaServerFlags, BadSpeculativeFlagsAreOneLine) {
+    const std::string serve = binary("llamapp").string() + " serve --port 0 -m " +
+                              shared_model("stories260K.gguf").string() + " ";
+    const std::vector<std::pair<std::string, std::string>> cases = {
+        {"--spec-type draft-simple", "draft-simple"},
+        {"--spec-type lookup,ngram-nothing", "ngram-nothing"},
+        {"--spec-draft-n-max 999", "n_max"},
+        {"--spec-draft-n-max 3 --spec-draft-n-min 9", "n_min"},
+        {"--spec-type ngram-mod --spec-ngram-mod-n-match 0", "ngram-mod match"},
+        {"--spec-draft-model d.gguf", "draft models"},
+    };
+    for (const auto& [flags, what] : cases) {
+        const CommandResult r = run_command(serve + flags + " 2>&1");
+        EXPECT_EQ(r.status, 1) << flags << "\n" << r.out;
+        EXPECT_NE(r.out.find(what), std::string::npos) << flags << "\n" << r.out;
+        EXPECT_NE(r.out.find("[invalid_argument]"), std::string::npos) << r.out;
+        EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << "one line:\n" << r.out;
+    }
+}
+
 // Google Vertex AI's prediction protocol, switched on by its AIP_* variables as llama-server's
 // is: instances run through their routes side by side, each answered (or refused) on its own.
 TEST(LlamaServerFlags, VertexAiPredictionsRunEachInstanceThroughItsRoute) {

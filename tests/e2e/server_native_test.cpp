@@ -156,9 +156,14 @@ TEST_F(NativeRoutes, TokenizeDetokenizeTemplatePropsAndSlots) {
     EXPECT_EQ(props["default_generation_settings"]["n_ctx"], 512);
     EXPECT_EQ(props["endpoint_slots"], true);
     EXPECT_EQ(props["bos_token"], "<s>");
+    // The drafts a request gets unless it says otherwise (llamapp's prompt lookup by default).
+    const json& params = props["default_generation_settings"]["params"];
+    EXPECT_EQ(params["speculative.types"], "lookup");
+    EXPECT_EQ(params["speculative.n_max"], 3);
     const json slots = get_json(c, "/slots");
     ASSERT_EQ(slots.size(), 2u) << slots.dump();
     EXPECT_EQ(slots[0]["is_processing"], false);
+    EXPECT_EQ(slots[0]["speculative"], true);
     EXPECT_EQ(slots[1]["id"], 1);
 }
 

@@ -1,5 +1,5 @@
-// Prompt-lookup speculation (EngineOptions::draft_tokens) on the real trained tiny model: drafts
-// change how many decodes a reply takes, never the reply.
+// Speculation (EngineOptions::speculative: llamapp's prompt lookup and llama.cpp's n-gram kinds)
+// on the real trained tiny model: drafts change how many decodes a reply takes, never the reply.
 #include <gtest/gtest.h>
 
 #include "support/engine_helpers.hpp"
@@ -12,12 +12,18 @@ using test::request;
 
 namespace {
 
-Engine engine(int draft_tokens, int slots = 2) {
+Engine engine(int draft_tokens, int slots = 2, DraftKinds kinds = {DraftKind::lookup}) {
     EngineOptions o;
     o.context.n_ctx = 1024;
     o.context.n_seq_max = slots;
     o.context.n_threads = 1;
-    o.draft_tokens = draft_tokens;
+    o.speculative.n_max = draft_tokens;
+    o.speculative.kinds = kinds;
+    // Short keys, so that the tiny model's repeats are found by every kind.
+    o.speculative.ngram_simple = {.key_tokens = 3, .draft_tokens = 8, .min_hits = 1};
+    o.speculative.ngram_map_k = {.key_tokens = 3, .draft_tokens = 8, .min_hits = 1};
+    o.speculative.ngram_map_k4v = {.key_tokens = 3, .draft_tokens = 8, .min_hits = 1};
+    o.speculative.ngram_mod = {.match = 3, .n_min = 1, .n_max = 8};
     return test::create_engine(test::stories_model(), std::move(o));
 }
 
@@ -65,7 +71,7 @@ TEST(EngineDrafts, GreedyRepliesAreTheSameWithFewerDecodes) {
         accepted += b.completion.draft_accepted;
     }
     EXPECT_GT(accepted, 20);
-    EXPECT_EQ(counter(drafting, "llamapp_draft_tokens_accepted_total"), accepted);
+    EXPECT_EQ(counter(drafting, "llamapp_draft_tokens_accepted_total{kind=\"lookup\"}"), accepted);
     // Each kept draft is one decode call fewer.
     EXPECT_EQ(counter(plain, "llamapp_decode_calls_total") -
                   counter(drafting, "llamapp_decode_calls_total"),
@@ -131,20 +137,71 @@ TEST(EngineDrafts, GrammarsSeeOnlyKeptTokens) {
 
 TEST(EngineDrafts, BadOptionsAreRejected) {
     EngineOptions o;
-    o.draft_tokens = -1;
+    o.speculative.n_max = -1;
     auto e = Engine::create(test::stories_model(), o);
     ASSERT_FALSE(e);
-    EXPECT_EQ(e.error().context, "draft_tokens");
-    o.draft_tokens = 3;
-    o.draft_match = 0;
+    EXPECT_EQ(e.error().context, "speculative n_max");
+    o.speculative.n_max = 3;
+    o.speculative.lookup_match = 0;
     e = Engine::create(test::stories_model(), o);
     ASSERT_FALSE(e);
-    EXPECT_EQ(e.error().context, "draft_match");
-    o.draft_match = 3;
-    o.draft_batch_rows = 0;
+    EXPECT_EQ(e.error().context, "speculative lookup_match");
+    o.speculative.lookup_match = 3;
+    o.speculative.batch_rows = 0;
     e = Engine::create(test::stories_model(), o);
     ASSERT_FALSE(e);
-    EXPECT_EQ(e.error().context, "draft_batch_rows");
+    EXPECT_EQ(e.error().context, "speculative batch_rows");
+}
+
+// llama.cpp's n-gram kinds, each alone: the same greedy replies as without drafts, drafts kept,
+// and counted under their kind.
+TEST(EngineDrafts, EveryLlamaCppNgramKindKeepsTheGreedyReply) {
+    Engine plain = engine(0);
+    std::vector<std::vector<Token>> expected;
+    for (std::size_t i = 0; i < 2; ++i)
+        expected.push_back(
+            run(plain, request(encode(test::stories_model(), kPrompts[i]), 48)).tokens);
+    for (DraftKind kind :
+         {DraftKind::ngram_simple, DraftKind::ngram_map_k, DraftKind::ngram_map_k4v,
+          DraftKind::ngram_mod, DraftKind::ngram_cache}) {
+        const std::string name(to_string(kind));
+        SCOPED_TRACE(name);
+        Engine drafting = engine(3, 2, {kind});
+        int accepted = 0;
+        for (std::size_t i = 0; i < expected.size(); ++i) {
+            auto b = run(drafting, request(encode(test::stories_model(), kPrompts[i]), 48));
+            EXPECT_EQ(b.tokens, expected[i]);
+            accepted += b.completion.draft_accepted;
+        }
+        EXPECT_GT(accepted, 0);
+        EXPECT_EQ(counter(drafting, "llamapp_draft_tokens_accepted_total{kind=\"" + name + "\"}"),
+                  accepted);
+        EXPECT_EQ(counter(drafting, "llamapp_draft_tokens_total{kind=\"lookup\"}"), 0);
+    }
+}
+
+// speculative.n_max / n_min per request: 0 turns drafts off for that request alone; a bound out
+// of range is a typed error at submit.
+TEST(EngineDrafts, ARequestBoundsItsOwnDrafts) {
+    Engine e = engine(3);
+    auto r = request(encode(test::stories_model(), kPrompts[0]), 32);
+    r.draft_max = 0;
+    auto off = run(e, r);
+    EXPECT_EQ(off.completion.draft_tokens, 0);
+    r.draft_max = 1;
+    auto one = run(e, r);
+    EXPECT_EQ(one.tokens, off.tokens);
+    EXPECT_GT(one.completion.draft_tokens, 0);
+    r.draft_max = 3;
+    r.draft_min = 3;
+    auto three = run(e, r);
+    EXPECT_EQ(three.tokens, off.tokens);
+    EXPECT_EQ(three.completion.draft_tokens % 3, 0);
+    r.draft_max = max_draft_tokens + 1;
+    EXPECT_EQ(e.submit(r).error().context, "speculative.n_max");
+    r.draft_max = 2;
+    r.draft_min = 3;
+    EXPECT_EQ(e.submit(r).error().context, "speculative.n_min");
 }
 
 TEST(EngineDrafts, DraftsStayWithinTheRowBudgetOfADecode) {

@@ -28,8 +28,9 @@ class EngineFamilies : public ::testing::TestWithParam<test::Family> {
     }
     Engine engine(int slots, int draft_tokens = 0) {
         EngineOptions o;
-        o.draft_tokens = draft_tokens;
-        o.draft_match = 1;  // draft on any repeated token: mostly rejected drafts to undo
+        o.speculative.n_max = draft_tokens;
+        o.speculative.lookup_match =
+            1;  // draft on any repeated token: mostly rejected drafts to undo
         o.context.n_ctx = 512;
         o.context.n_seq_max = slots;
         o.context.n_threads = 2;

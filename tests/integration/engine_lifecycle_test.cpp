@@ -218,7 +218,7 @@ TEST(Engine, KvPressureEvictsAnIdleSequenceBeforeFailingAnyone) {
     const Model& m = test::stories_model();
     // 256 cells, two slots: one idle sequence holding ~120 cells, then a request needing ~220.
     EngineOptions o = options(2, 256);
-    o.draft_tokens = 0;  // drafts would be dropped first; this is about cached sequences
+    o.speculative.n_max = 0;  // drafts would be dropped first; this is about cached sequences
     Engine e = engine(o);
     // A session keeps its slot, so the next request must take the other one and run into it.
     auto first = request(encode(m, kPrompts[0]), 110);
@@ -243,7 +243,7 @@ TEST(Engine, KvPressureEvictsAnIdleSequenceBeforeFailingAnyone) {
 TEST(Engine, ALongReplyYieldsTheCacheToAShortRequestInsteadOfStarvingIt) {
     const Model& m = test::stories_model();
     EngineOptions o = options(2, 256);
-    o.draft_tokens = 0;
+    o.speculative.n_max = 0;
     Engine e = engine(o);
     auto hog = e.submit(request(encode(m, kPrompts[0]), -1));  // until the context is full
     ASSERT_TRUE(hog);

@@ -359,7 +359,7 @@ TEST(Engine, AnIdleSlotBetweenStreamsIsPaddedAndKeepsWhatItHolds) {
     const Model& m = test::stories_model();
     EngineOptions o = options(3, 1536);
     o.kv_layout = EngineOptions::KvLayout::per_slot;
-    o.draft_tokens = 0;
+    o.speculative.n_max = 0;
     Engine e = engine(o);
     auto on_slot = [&](const std::vector<Token>& prompt, int max_tokens, int slot) {
         EngineRequest r = request(prompt, max_tokens);

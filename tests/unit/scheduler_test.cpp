@@ -628,6 +628,7 @@ struct StreamSpec {
     Token to_decode = no_token;
     std::size_t save_at = 0;
     int draft_wait = 0;
+    int draft_max = -1;
     int max_tokens = -1;
     int completion_tokens = 0;
     SteadyClock::duration admitted = 0s;
@@ -648,6 +649,7 @@ struct Streams {
                              .to_decode = spec.to_decode,
                              .save_at = spec.save_at,
                              .draft_wait = spec.draft_wait,
+                             .draft_max = spec.draft_max,
                              .max_tokens = spec.max_tokens,
                              .completion_tokens = spec.completion_tokens});
         }
@@ -778,13 +780,13 @@ TEST(Scheduler, APrefillStopsAtItsSaveBoundaryAndLeavesNoShortLastChunk) {
     EXPECT_EQ(plan.rows.size(), 66u);
 }
 
+// The plan leaves rows for a stream's drafts (the engine's drafter fills them, or takes them out).
 TEST(Scheduler, DraftBudgetsFollowTheRowsLeftTheTokenLimitAndTheContext) {
-    // History 1..8 then 1..3: the last three tokens plus the next (4) occurred before, followed
-    // by 5, 6, 7, 8.
     const auto history = concat(tokens(1, 8), tokens(1, 3));
     struct Case {
         const char* name;
         int draft_tokens = 3;
+        int draft_max = -1;  // the request's
         int draft_rows = 4;
         int max_tokens = -1;
         int completion_tokens = 0;
@@ -797,6 +799,10 @@ TEST(Scheduler, DraftBudgetsFollowTheRowsLeftTheTokenLimitAndTheContext) {
     const Case cases[] = {
         {.name = "room for three", .drafts = 3},
         {.name = "drafting off", .draft_tokens = 0, .drafts = 0},
+        {.name = "the request asks for one", .draft_max = 1, .drafts = 1},
+        {.name = "the request asks for more", .draft_max = 8, .drafts = 3},
+        {.name = "the request asks for none", .draft_max = 0, .drafts = 0},
+        {.name = "the engine drafts nothing", .draft_tokens = 0, .draft_max = 2, .drafts = 0},
         {.name = "rows for two", .draft_rows = 3, .drafts = 2},
         {.name = "two streams fill the draft rows", .draft_rows = 2, .streams = 2, .drafts = 0},
         {.name = "a cache per slot, two streams",
@@ -825,6 +831,7 @@ TEST(Scheduler, DraftBudgetsFollowTheRowsLeftTheTokenLimitAndTheContext) {
             s.max_tokens = c.max_tokens;
             s.completion_tokens = c.completion_tokens;
             s.draft_wait = c.draft_wait;
+            s.draft_max = c.draft_max;
             specs.push_back(s);
         }
         Streams streams(specs);
@@ -834,8 +841,10 @@ TEST(Scheduler, DraftBudgetsFollowTheRowsLeftTheTokenLimitAndTheContext) {
         EXPECT_EQ(plan.waited.size(), c.draft_wait > 0 ? 1u : 0u) << c.name;
         if (c.drafts > 0) {
             EXPECT_EQ(plan.rows[0].drafts, c.drafts) << c.name;
-            EXPECT_EQ(plan.rows[1].token, 5) << c.name;
+            EXPECT_TRUE(plan.rows[1].draft) << c.name;
+            EXPECT_EQ(plan.rows[1].token, no_token) << c.name;
             EXPECT_EQ(plan.rows[1].pos, 12) << c.name;
+            EXPECT_GE(plan.draft_room, c.drafts) << c.name;
         }
     }
 }

@@ -48,6 +48,33 @@ bool bool_field(const json& v, const std::string& name) {
 
 namespace {
 
+// Drafts for this request: `speculative: false` turns them off; llama-server's
+// "speculative.n_max" / "speculative.n_min" (or the same in a `speculative` object) bound them.
+void parse_speculative(const json& body, EngineRequest& out) {
+    auto bound = [&](const json& v, const std::string& name) {
+        return static_cast<int>(integer_field(v, name, 0, max_draft_tokens));
+    };
+    if (const json* v = optional_field(body, "speculative")) {
+        if (v->is_boolean()) {
+            if (!v->get<bool>()) out.draft_max = 0;
+        } else if (v->is_object()) {
+            if (const json* n = optional_field(*v, "n_max"))
+                out.draft_max = bound(*n, "speculative.n_max");
+            if (const json* n = optional_field(*v, "n_min"))
+                out.draft_min = bound(*n, "speculative.n_min");
+        } else {
+            reject_field("speculative", "'speculative' must be a boolean or an object",
+                         "invalid_type");
+        }
+    }
+    if (const json* v = optional_field(body, "speculative.n_max"))
+        out.draft_max = bound(*v, "speculative.n_max");
+    if (const json* v = optional_field(body, "speculative.n_min"))
+        out.draft_min = bound(*v, "speculative.n_min");
+    if (out.draft_max >= 0 && out.draft_min > out.draft_max)
+        reject_field("speculative.n_min", "'speculative.n_min' exceeds 'speculative.n_max'");
+}
+
 // Fields every generation request shares: sampling, limits, streaming, extensions.
 void parse_common(const json& body, const RequestLimits& limits, const RequestDefaults& defaults,
                   GenerationRequest& out, bool chat) {
@@ -89,6 +116,7 @@ void parse_common(const json& body, const RequestLimits& limits, const RequestDe
             static_cast<int>(integer_field(*v, "id_slot", -1, std::numeric_limits<int>::max()));
     if (const json* v = optional_field(body, "ignore_eos"))
         o.ignore_eos = bool_field(*v, "ignore_eos");
+    parse_speculative(body, out.engine);
     if (const json* v = optional_field(body, "cache_prompt"))
         o.reuse_prefix = bool_field(*v, "cache_prompt");
     // llama-server's names for the thinking budget.

@@ -27,9 +27,15 @@ json timings_json(int cached, int computed, int predicted, double prompt_ms, dou
 
 }  // namespace
 
-json timings_json(const Generation& g) {
-    return timings_json(g.usage.cached_tokens, g.usage.prompt_tokens - g.usage.cached_tokens,
-                        g.usage.completion_tokens, g.timings.prefill_ms, g.timings.decode_ms);
+json timings_json(const Completion& c) {
+    const Generation& g = c.generation;
+    json t = timings_json(g.usage.cached_tokens, g.usage.prompt_tokens - g.usage.cached_tokens,
+                          g.usage.completion_tokens, g.timings.prefill_ms, g.timings.decode_ms);
+    if (c.draft_tokens > 0) {  // as llama-server: only where drafts were decoded
+        t["draft_n"] = c.draft_tokens;
+        t["draft_n_accepted"] = c.draft_accepted;
+    }
+    return t;
 }
 
 json timings_json(const Progress& p) {

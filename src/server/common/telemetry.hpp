@@ -11,7 +11,7 @@
 namespace llamapp::detail {
 
 // llama-server's timings object: of a finished generation, or of one so far.
-nlohmann::json timings_json(const Generation& g);
+nlohmann::json timings_json(const Completion& c);  // with its drafts, if any
 nlohmann::json timings_json(const Progress& p);
 
 // llama-server's stream telemetry, asked for per request: `timings_per_token` adds the timings

@@ -125,7 +125,7 @@ json native_final_json(const Completion& done, const GenerateOptions& options,
         {"stop_type", stop_type(g)},
         {"stopping_word", g.stop_sequence},
         {"tokens_cached", std::max(0, g.usage.prompt_tokens + g.usage.completion_tokens - 1)},
-        {"timings", timings_json(g)}};
+        {"timings", timings_json(done)}};
     if (options.logprobs && !c.stream) {
         json probs = json::array();
         for (const TokenLogprobs& t : g.logprobs)

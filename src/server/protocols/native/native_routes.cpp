@@ -335,6 +335,11 @@ void NativeProtocol::props(const httplib::Request& req, httplib::Response& res) 
     json out = props_json(state_.options, m.lease.id(), m.lease.model().info().path, engine.n_ctx(),
                           engine.stats().slots, false);
     out["default_generation_settings"]["params"] = generation_settings_json(defaults, false);
+    const SpeculativeOptions& drafts = engine.speculative();
+    json& params = out["default_generation_settings"]["params"];
+    params["speculative.types"] = drafts.enabled() ? to_string(drafts.kinds) : "none";
+    params["speculative.n_max"] = drafts.n_max;
+    params["speculative.n_min"] = drafts.n_min;
     out["chat_template"] = chat_template ? chat_template->source() : std::string();
     out["bos_token"] = special(tokens.bos);
     out["eos_token"] = special(tokens.eos);
@@ -356,7 +361,7 @@ void NativeProtocol::slots(const httplib::Request& req, httplib::Response& res) 
     for (int i = 0; i < static_cast<int>(stats.slot_running.size()); ++i)
         out.push_back({{"id", i},
                        {"n_ctx", engine.n_ctx()},
-                       {"speculative", false},
+                       {"speculative", engine.speculative().enabled()},
                        {"is_processing", stats.slot_running.at(static_cast<std::size_t>(i))}});
     res.set_content(dump(out), "application/json");
 }

@@ -145,7 +145,7 @@ class OpenAiReply : public StreamFormat {
         }
         out["choices"] = std::move(choices);
         out["usage"] = usage_json(usage);
-        out["timings"] = timings_json(first.generation);  // llama-server's extension
+        out["timings"] = timings_json(first);  // llama-server's extension
         if (verbose_)
             out["__verbose"] = native_final_json(first, verbose_->options, verbose_->context);
         return out;
@@ -197,7 +197,7 @@ class OpenAiReply : public StreamFormat {
         if (verbose_)
             finish["__verbose"] = native_final_json(done, verbose_->options, verbose_->context);
         // The last chunk carries llama-server's timings, as its own does.
-        if (!include_usage_) finish["timings"] = timings_json(gen);
+        if (!include_usage_) finish["timings"] = timings_json(done);
         out += sse_data(finish);
         completion_tokens_ += gen.usage.completion_tokens;
         if (++index_ < choices_) {
@@ -212,7 +212,7 @@ class OpenAiReply : public StreamFormat {
             Usage usage = gen.usage;  // the prompt counted once, every choice's tokens
             usage.completion_tokens = completion_tokens_;
             u["usage"] = usage_json(usage);
-            u["timings"] = timings_json(gen);
+            u["timings"] = timings_json(done);
             out += sse_data(u);
         }
         return out + "data: [DONE]\n\n";

@@ -211,7 +211,7 @@ class ResponsesStream : public StreamFormat {
             frame_.object(status, output_items(frame_, m, "completed"), usage_json(g.usage));
         keeper_.keep(frame_.id, response, m);
         json data = {{"response", response}};
-        if (telemetry_.any()) data["timings"] = timings_json(g);
+        if (telemetry_.any()) data["timings"] = timings_json(done);
         return out + event(g.finish_reason == FinishReason::length ? "response.incomplete"
                                                                    : "response.completed",
                            std::move(data));

@@ -1,0 +1,163 @@
+#include "engine/drafter.hpp"
+
+#include <algorithm>
+
+#include "engine/ngram_draft.hpp"
+#include "speculative.h"
+
+namespace llamapp::detail {
+
+namespace {
+
+std::optional<common_speculative_type> common_type(DraftKind kind) {
+    switch (kind) {
+        case DraftKind::lookup:
+            return std::nullopt;
+        case DraftKind::ngram_simple:
+            return COMMON_SPECULATIVE_TYPE_NGRAM_SIMPLE;
+        case DraftKind::ngram_map_k:
+            return COMMON_SPECULATIVE_TYPE_NGRAM_MAP_K;
+        case DraftKind::ngram_map_k4v:
+            return COMMON_SPECULATIVE_TYPE_NGRAM_MAP_K4V;
+        case DraftKind::ngram_mod:
+            return COMMON_SPECULATIVE_TYPE_NGRAM_MOD;
+        case DraftKind::ngram_cache:
+            return COMMON_SPECULATIVE_TYPE_NGRAM_CACHE;
+    }
+    return std::nullopt;
+}
+
+common_params_speculative_ngram_map to_common(const NgramMapOptions& o) {
+    common_params_speculative_ngram_map m;
+    m.size_n = static_cast<std::uint16_t>(o.key_tokens);
+    m.size_m = static_cast<std::uint16_t>(o.draft_tokens);
+    m.min_hits = static_cast<std::uint16_t>(o.min_hits);
+    return m;
+}
+
+common_params_speculative common_params(const SpeculativeOptions& o, common_speculative_type type) {
+    common_params_speculative p;
+    p.types = {type};
+    p.draft.n_max = o.n_max;
+    p.draft.n_min = o.n_min;
+    p.ngram_simple = to_common(o.ngram_simple);
+    p.ngram_map_k = to_common(o.ngram_map_k);
+    p.ngram_map_k4v = to_common(o.ngram_map_k4v);
+    p.ngram_mod.n_match = o.ngram_mod.match;
+    p.ngram_mod.n_min = o.ngram_mod.n_min;
+    p.ngram_mod.n_max = o.ngram_mod.n_max;
+    return p;
+}
+
+// llama.cpp tries its kinds in this order, whatever order they were given in.
+constexpr DraftKind common_order[] = {DraftKind::ngram_simple, DraftKind::ngram_map_k,
+                                      DraftKind::ngram_map_k4v, DraftKind::ngram_mod,
+                                      DraftKind::ngram_cache};
+
+}  // namespace
+
+struct Drafter::Common {
+    DraftKind kind = DraftKind::ngram_simple;
+    common_speculative_ptr spec;
+    std::vector<std::vector<std::int32_t>> results;  // per sequence
+};
+
+Drafter::Drafter(const SpeculativeOptions& options, int n_seq)
+    : options_(options), sequences_(static_cast<std::size_t>(n_seq)) {
+    if (!options_.enabled()) return;
+    for (DraftKind kind : common_order) {
+        if (!options_.uses(kind)) continue;
+        common_params_speculative params = common_params(options_, *common_type(kind));
+        Common c;
+        c.kind = kind;
+        // Null only for a kind llama.cpp does not know, which the mapping above rules out.
+        c.spec.reset(common_speculative_init(params, static_cast<std::uint32_t>(n_seq)));
+        if (!c.spec) continue;
+        c.results.resize(static_cast<std::size_t>(n_seq));
+        common_.push_back(std::move(c));
+    }
+}
+
+Drafter::~Drafter() = default;
+
+// Keeps llama.cpp's copy of the sequence in step: appended while the same request grows it,
+// started afresh (the drafters' `begin`) for a new request or a sequence that got shorter.
+void Drafter::follow(Sequence& s, const Want& want) {
+    if (s.request == want.request && want.history.size() >= s.history.size()) {
+        s.history.insert(s.history.end(),
+                         want.history.begin() + static_cast<std::ptrdiff_t>(s.history.size()),
+                         want.history.end());
+        return;
+    }
+    s.request = want.request;
+    s.history.assign(want.history.begin(), want.history.end());
+    for (Common& c : common_) common_speculative_begin(c.spec.get(), want.seq, s.history);
+}
+
+// The shortest proposal decoded: the request's n_min, else the engine's, and at least one token.
+int Drafter::least(const Want& want) const {
+    return std::max(1, want.n_min >= 0 ? want.n_min : options_.n_min);
+}
+
+bool Drafter::lookup(const Want& want, std::vector<Token>& out) const {
+    ngram_draft(want.history, want.next, static_cast<std::size_t>(options_.lookup_match),
+                static_cast<std::size_t>(want.n_max), out);
+    if (static_cast<int>(out.size()) < least(want)) out.clear();
+    return !out.empty();
+}
+
+void Drafter::propose(std::span<const Want> wants, std::span<Proposal> out) {
+    pending_.clear();
+    for (std::size_t i = 0; i < wants.size(); ++i) {
+        const Want& want = wants[i];
+        Sequence& s = sequences_[static_cast<std::size_t>(want.seq)];
+        s.proposed_by.reset();
+        out[i].tokens.clear();
+        if (!common_.empty()) follow(s, want);
+        if (want.n_max <= 0) continue;
+        if (options_.uses(DraftKind::lookup) && lookup(want, out[i].tokens)) {
+            out[i].kind = DraftKind::lookup;
+            continue;
+        }
+        pending_.push_back(i);
+    }
+    for (std::size_t k = 0; k < common_.size() && !pending_.empty(); ++k) {
+        Common& c = common_[k];
+        for (std::size_t i : pending_) {
+            const Want& want = wants[i];
+            auto& result = c.results[static_cast<std::size_t>(want.seq)];
+            result.clear();
+            common_speculative_draft_params& dp =
+                common_speculative_get_draft_params(c.spec.get(), want.seq);
+            dp.drafting = true;
+            dp.n_max = want.n_max;
+            dp.pos0 = static_cast<llama_pos>(want.history.size());
+            dp.id_last = want.next;
+            dp.prompt = &sequences_[static_cast<std::size_t>(want.seq)].history;
+            dp.result = &result;
+        }
+        common_speculative_draft(c.spec.get());
+        std::erase_if(pending_, [&](std::size_t i) {
+            const Want& want = wants[i];
+            const auto& result = c.results[static_cast<std::size_t>(want.seq)];
+            if (static_cast<int>(result.size()) < least(want)) return false;
+            out[i].tokens.assign(
+                result.begin(),
+                result.begin() + std::min<std::ptrdiff_t>(
+                                     static_cast<std::ptrdiff_t>(result.size()), want.n_max));
+            out[i].kind = c.kind;
+            sequences_[static_cast<std::size_t>(want.seq)].proposed_by = k;
+            return true;
+        });
+    }
+}
+
+void Drafter::accepted(int seq, int accepted) {
+    Sequence& s = sequences_[static_cast<std::size_t>(seq)];
+    if (!s.proposed_by) return;
+    common_speculative_accept(common_[*s.proposed_by].spec.get(), seq,
+                              static_cast<std::uint16_t>(accepted));
+    s.proposed_by.reset();
+}
+
+}  // namespace llamapp::detail

@@ -1,0 +1,64 @@
+// Internal: the drafts of one step. Turns SpeculativeOptions' kinds into proposals for the
+// streams the scheduler lets draft: llamapp's prompt lookup, and llama.cpp common's n-gram
+// drafters, one common_speculative per kind so that each proposal and its acceptance are known by
+// kind. Decode thread only.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "llamapp/speculative.hpp"
+#include "llamapp/tokenizer.hpp"
+
+struct common_speculative;
+
+namespace llamapp::detail {
+
+class Drafter {
+  public:
+    // For sequences 0 .. n_seq - 1 (the engine's slots).
+    Drafter(const SpeculativeOptions& options, int n_seq);
+    ~Drafter();
+    Drafter(const Drafter&) = delete;
+    Drafter& operator=(const Drafter&) = delete;
+
+    // A stream that may draft this step: what its sequence holds, the token about to be decoded
+    // after it, and how many drafts it may take (at most n_max; fewer than n_min: none).
+    struct Want {
+        int seq = 0;
+        std::uint64_t request = 0;  // a new request on the sequence starts the drafters afresh
+        std::span<const Token> history;
+        Token next = no_token;
+        int n_max = 0;
+        int n_min = -1;  // -1: SpeculativeOptions::n_min
+    };
+    struct Proposal {
+        std::vector<Token> tokens;  // empty: none
+        DraftKind kind = DraftKind::lookup;
+    };
+    // One proposal per want, the kinds tried in order until one proposes.
+    void propose(std::span<const Want> wants, std::span<Proposal> out);
+    // The target kept `accepted` of the last proposal for `seq` (0 when none was decoded).
+    void accepted(int seq, int accepted);
+
+  private:
+    struct Common;  // a llama.cpp kind's common_speculative
+    struct Sequence {
+        std::uint64_t request = 0;
+        std::vector<std::int32_t> history;       // llama.cpp's copy of what the sequence holds
+        std::optional<std::size_t> proposed_by;  // common_: the last proposal's, if one of them
+    };
+    void follow(Sequence& s, const Want& want);
+    int least(const Want& want) const;
+    bool lookup(const Want& want, std::vector<Token>& out) const;
+
+    SpeculativeOptions options_;
+    std::vector<Common> common_;  // llama.cpp's kinds, in llama.cpp's order
+    std::vector<Sequence> sequences_;
+    std::vector<std::size_t> pending_;  // wants without a proposal yet
+};
+
+}  // namespace llamapp::detail
