@@ -1,5 +1,8 @@
 #include "engine/engine_metrics.hpp"
 
+#include <algorithm>
+#include <string>
+
 #include "core/metric_registration.hpp"
 
 namespace llamapp::detail {
@@ -48,6 +51,17 @@ void register_decode_loop(MetricsRegistry& r, MetricRegistration& keep, const La
         const std::string kind(to_string(static_cast<DraftKind>(k)));
         drafted(kind.c_str(), m.draft_tokens[k]);
         accepted(kind.c_str(), m.draft_accepted[k]);
+    }
+    CounterFamily drafted_at(r, keep, "llamapp_draft_position_decoded_total",
+                             "Drafts decoded, by position after their lead (the last: and beyond)",
+                             labels, "position");
+    CounterFamily accepted_at(r, keep, "llamapp_draft_position_accepted_total",
+                              "Drafts kept, by position after their lead (the last: and beyond)",
+                              labels, "position");
+    for (std::size_t p = 0; p < EngineMetrics::draft_positions; ++p) {
+        const std::string position = std::to_string(p + 1);
+        drafted_at(position.c_str(), m.drafted_at[p]);
+        accepted_at(position.c_str(), m.accepted_at[p]);
     }
 }
 
@@ -187,6 +201,11 @@ void EngineMetrics::count_drafts(DraftKind kind, int decoded, int accepted) {
     const auto k = static_cast<std::size_t>(kind);
     draft_tokens[k]->inc(decoded);
     draft_accepted[k]->inc(accepted);
+    for (int i = 0; i < decoded; ++i) {
+        const auto p = std::min(static_cast<std::size_t>(i), draft_positions - 1);
+        drafted_at[p]->inc();
+        if (i < accepted) accepted_at[p]->inc();
+    }
     llama_server.count_drafts(decoded, accepted);
 }
 

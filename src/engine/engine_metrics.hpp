@@ -81,6 +81,11 @@ struct EngineMetrics {
     // By DraftKind: proposed and decoded, and of those confirmed by the sampler.
     std::array<Counter*, draft_kind_count> draft_tokens{};
     std::array<Counter*, draft_kind_count> draft_accepted{};
+    // By position after the lead (1 .. draft_positions, the last also counting those beyond):
+    // how often a draft was decoded there and kept there. Their ratio is the acceptance curve.
+    static constexpr std::size_t draft_positions = 8;
+    std::array<Counter*, draft_positions> drafted_at{};
+    std::array<Counter*, draft_positions> accepted_at{};
     Counter* reuse_none = nullptr;
     Counter* reuse_same = nullptr;
     Counter* reuse_other = nullptr;

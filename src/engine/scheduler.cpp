@@ -297,7 +297,7 @@ int Scheduler::drafts_allowed(const StreamView& s, int room, bool& waits) const 
     return std::max(0, most);
 }
 
-// Appends the decode row of `s` and rows for its drafts (at most `room`); returns how many.
+// Appends the decode row of `s` and rows for its drafts (at most `room`).
 void Scheduler::add_decode_rows(const StreamView& s, int room, StepPlan& plan) {
     const int lead_pos = static_cast<int>(s.cached.size());
     plan.rows.push_back({.slot = s.slot,

@@ -72,6 +72,19 @@ TEST(EngineDrafts, GreedyRepliesAreTheSameWithFewerDecodes) {
     }
     EXPECT_GT(accepted, 20);
     EXPECT_EQ(counter(drafting, "llamapp_draft_tokens_accepted_total{kind=\"lookup\"}"), accepted);
+    // By position: the kept drafts of a lead are a prefix of its drafts, so each position keeps
+    // at most what the one before it kept, and the positions add up.
+    double by_position = 0;
+    double before = accepted;
+    for (int p = 1; p <= 8; ++p) {
+        const std::string at = "{position=\"" + std::to_string(p) + "\"}";
+        const double kept = counter(drafting, "llamapp_draft_position_accepted_total" + at);
+        EXPECT_LE(kept, before) << p;
+        EXPECT_LE(kept, counter(drafting, "llamapp_draft_position_decoded_total" + at)) << p;
+        by_position += kept;
+        before = kept;
+    }
+    EXPECT_EQ(by_position, accepted);
     // Each kept draft is one decode call fewer.
     EXPECT_EQ(counter(plain, "llamapp_decode_calls_total") -
                   counter(drafting, "llamapp_decode_calls_total"),
