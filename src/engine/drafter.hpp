@@ -43,6 +43,8 @@ class Drafter {
     void propose(std::span<const Want> wants, std::span<Proposal> out);
     // The target kept `accepted` of the last proposal for `seq` (0 when none was decoded).
     void accepted(int seq, int accepted);
+    // The fewest drafts worth decoding for `want` (its n_min, else the engine's; at least 1).
+    int least(const Want& want) const;
 
   private:
     struct Common;  // a llama.cpp kind's common_speculative
@@ -52,7 +54,6 @@ class Drafter {
         std::optional<std::size_t> proposed_by;  // common_: the last proposal's, if one of them
     };
     void follow(Sequence& s, const Want& want);
-    int least(const Want& want) const;
     bool lookup(const Want& want, std::vector<Token>& out) const;
 
     SpeculativeOptions options_;

@@ -114,9 +114,11 @@ void Executor::fill_drafts() {
             rows_[out++] = rows_[i];
             continue;
         }
-        const Drafter::Proposal& proposal = proposals_[lead++];
+        const Drafter::Proposal& proposal = proposals_[lead];
         const int planned = rows_[i].drafts;
-        const int kept = std::min(static_cast<int>(proposal.tokens.size()), room);
+        int kept = std::min(static_cast<int>(proposal.tokens.size()), room);
+        if (kept < drafter_.least(wants_[lead])) kept = 0;  // cut below its n_min
+        ++lead;
         room -= kept;
         rows_[i].drafts = kept;
         draft_kinds_[static_cast<std::size_t>(rows_[i].slot)] = proposal.kind;
