@@ -70,7 +70,8 @@ Result<void> apply_speculative(const SpeculativeFlags& flags, EngineOptions& opt
         s.n_max = std::max(s.n_max, 64);
     }
     if (!flags.types.empty()) {
-        s.kinds = {};
+        // As llama-server's, --spec-type adds to --spec-default's kind; alone it replaces lookup.
+        if (!flags.llama_default) s.kinds = {};
         for (const std::string& name : flags.types) {
             if (name == "none") continue;
             const auto kind = parse_draft_kind(name);
