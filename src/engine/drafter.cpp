@@ -1,6 +1,7 @@
 #include "engine/drafter.hpp"
 
 #include <algorithm>
+#include <utility>
 
 #include "engine/ngram_draft.hpp"
 #include "speculative.h"
@@ -9,23 +10,14 @@ namespace llamapp::detail {
 
 namespace {
 
-std::optional<common_speculative_type> common_type(DraftKind kind) {
-    switch (kind) {
-        case DraftKind::lookup:
-            return std::nullopt;
-        case DraftKind::ngram_simple:
-            return COMMON_SPECULATIVE_TYPE_NGRAM_SIMPLE;
-        case DraftKind::ngram_map_k:
-            return COMMON_SPECULATIVE_TYPE_NGRAM_MAP_K;
-        case DraftKind::ngram_map_k4v:
-            return COMMON_SPECULATIVE_TYPE_NGRAM_MAP_K4V;
-        case DraftKind::ngram_mod:
-            return COMMON_SPECULATIVE_TYPE_NGRAM_MOD;
-        case DraftKind::ngram_cache:
-            return COMMON_SPECULATIVE_TYPE_NGRAM_CACHE;
-    }
-    return std::nullopt;
-}
+// llama.cpp's kinds, in the order it tries them whatever order they were given in.
+constexpr std::pair<DraftKind, common_speculative_type> common_kinds[] = {
+    {DraftKind::ngram_simple, COMMON_SPECULATIVE_TYPE_NGRAM_SIMPLE},
+    {DraftKind::ngram_map_k, COMMON_SPECULATIVE_TYPE_NGRAM_MAP_K},
+    {DraftKind::ngram_map_k4v, COMMON_SPECULATIVE_TYPE_NGRAM_MAP_K4V},
+    {DraftKind::ngram_mod, COMMON_SPECULATIVE_TYPE_NGRAM_MOD},
+    {DraftKind::ngram_cache, COMMON_SPECULATIVE_TYPE_NGRAM_CACHE},
+};
 
 common_params_speculative_ngram_map to_common(const NgramMapOptions& o) {
     common_params_speculative_ngram_map m;
@@ -49,11 +41,6 @@ common_params_speculative common_params(const SpeculativeOptions& o, common_spec
     return p;
 }
 
-// llama.cpp tries its kinds in this order, whatever order they were given in.
-constexpr DraftKind common_order[] = {DraftKind::ngram_simple, DraftKind::ngram_map_k,
-                                      DraftKind::ngram_map_k4v, DraftKind::ngram_mod,
-                                      DraftKind::ngram_cache};
-
 }  // namespace
 
 struct Drafter::Common {
@@ -65,12 +52,12 @@ struct Drafter::Common {
 Drafter::Drafter(const SpeculativeOptions& options, int n_seq)
     : options_(options), sequences_(static_cast<std::size_t>(n_seq)) {
     if (!options_.enabled()) return;
-    for (DraftKind kind : common_order) {
+    for (const auto& [kind, type] : common_kinds) {
         if (!options_.uses(kind)) continue;
-        common_params_speculative params = common_params(options_, *common_type(kind));
+        common_params_speculative params = common_params(options_, type);
         Common c;
         c.kind = kind;
-        // Null only for a kind llama.cpp does not know, which the mapping above rules out.
+        // Null only for a kind llama.cpp does not know, which the table above rules out.
         c.spec.reset(common_speculative_init(params, static_cast<std::uint32_t>(n_seq)));
         if (!c.spec) continue;
         c.results.resize(static_cast<std::size_t>(n_seq));
