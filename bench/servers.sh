@@ -6,7 +6,7 @@
 "$root/scripts/setup.sh"
 build=${LLAMAPP_BUILD_DIR:-$root/build}
 cmake --build "$build" --target llamapp-cli bench-model llama-server >&2
-model="$build/models/bench-125m-q4_0.gguf"
+model=${BENCH_MODEL:-$build/models/bench-125m-q4_0.gguf}  # BENCH_MODEL (set, non-empty): another
 port=${port:-18300}
 pid=""
 results=$(mktemp)

@@ -205,6 +205,13 @@ Result<Engine> make_engine(const RunFlags& flags, const Model& model, const Chat
     }
     if (auto ok = apply_speculative(flags.speculative, engine_options); !ok)
         return std::unexpected(ok.error());
+    if (!flags.speculative.draft_path.empty()) {
+        auto draft =
+            Model::load(flags.speculative.draft_path,
+                        draft_model_options(flags.speculative, model_options(flags.common)));
+        if (!draft) return std::unexpected(draft.error());
+        engine_options.speculative.draft.model = std::move(*draft);
+    }
     return Engine::create(model, std::move(engine_options));
 }
 

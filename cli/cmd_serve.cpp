@@ -226,7 +226,7 @@ Result<ServerOptions> server_options(const ServeFlags& flags) {
     options.router = flags.common.model_paths.empty() && flags.common.hf_refs.empty();
     auto defaults = model_defaults(flags);
     if (!defaults) return std::unexpected(defaults.error());
-    options.pulled_model = std::move(*defaults);
+    options.pulled_model = without_draft(std::move(*defaults));
     if (!flags.slot_save_path.empty()) {
         std::error_code ec;
         std::filesystem::create_directories(flags.slot_save_path, ec);
@@ -325,6 +325,28 @@ struct StartingModels {
     std::vector<std::string> preload;
 };
 
+// A draft for a model on disk is checked before serving (vocabularies only: quick), so that a
+// wrong -md is one line at start rather than a failed load.
+Result<void> check_draft(const ModelSpec& s) {
+    if (s.draft_path.empty() || s.path.empty()) return {};
+    ModelOptions vocab;
+    vocab.vocab_only = true;
+    vocab.fit = false;
+    // The full loads say the same things again.
+    const LogLevel level = log_level();
+    if (level < LogLevel::error) set_log_level(LogLevel::error);
+    auto target = Model::load(s.path, vocab);
+    auto draft = Model::load(s.draft_path, vocab);
+    set_log_level(level);
+    if (!target) return std::unexpected(target.error());
+    if (!draft) {
+        Error e = draft.error();
+        e.message = "the draft model: " + e.message;
+        return std::unexpected(std::move(e));
+    }
+    return check_draft_vocabulary(*target, *draft);
+}
+
 Result<StartingModels> known_models(const ServeFlags& flags, std::shared_ptr<KvStore> store) {
     auto mo = manager_options(flags, std::move(store));
     if (!mo) return std::unexpected(mo.error());
@@ -337,8 +359,10 @@ Result<StartingModels> known_models(const ServeFlags& flags, std::shared_ptr<KvS
         if (!presets) return std::unexpected(presets.error());
         for (auto& k : *presets) known->push_back(std::move(k));
     }
+    for (const KnownModel& k : *known)
+        if (auto ok = check_draft(k.spec); !ok) return std::unexpected(ok.error());
     if (!flags.models_dir.empty()) {
-        auto found = scan_models_dir(flags.models_dir, *defaults);
+        auto found = scan_models_dir(flags.models_dir, without_draft(*defaults));
         if (!found) return std::unexpected(found.error());
         for (auto& s : *found) known->push_back(KnownModel{std::move(s), false, true});
     }

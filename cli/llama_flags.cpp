@@ -66,12 +66,10 @@ bool is_negation(const common_arg& a, std::string_view spelling) {
 std::string why_not(std::string_view flag) {
     static const std::vector<std::pair<std::string_view, std::string_view>> reasons = {
         {"--lora", "LoRA adapters are not supported yet"},
-        {"--model-draft",
-         "draft models are not supported yet; --spec-type takes lookup and llama.cpp's n-gram "
-         "kinds"},
+        {"--spec-draft-hf", "a draft model is a file here (-md); Hugging Face pulls are for -hf"},
         {"--spec-",
-         "draft models and MTP heads are not supported yet; --spec-type takes lookup and "
-         "llama.cpp's n-gram kinds"},
+         "llamapp takes the draft model's file, layers, devices, threads and KV types; MTP "
+         "heads, EAGLE-3 and DFlash are not supported yet"},
         {"--mmproj", "multimodal input is not supported yet"},
         {"--media-path", "multimodal input is not supported yet"},
         {"--webui", "llamapp has no web UI"},

@@ -70,6 +70,9 @@ void add_model_flags(CLI::App& cmd, ServeFlags& flags);
 
 // A model spec with everything but its id and path, from the per-model flags.
 [[nodiscard]] Result<ModelSpec> model_defaults(const ServeFlags& flags);
+// `spec` without -md's draft: it drafts for the command line's models only; a preset's model, one
+// found in --models-dir or pulled later may have another vocabulary.
+ModelSpec without_draft(ModelSpec spec);
 
 // --keep-alive, or llama-server's --sleep-idle-seconds when given.
 std::string keep_alive_of(const ServeFlags& flags);

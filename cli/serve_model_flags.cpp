@@ -130,6 +130,16 @@ EngineOptions::KvLayout kv_layout(const ServeFlags& flags) {
 
 }  // namespace
 
+ModelSpec without_draft(ModelSpec spec) {
+    spec.draft_path.clear();
+    spec.engine.speculative.draft = {};
+    if (spec.engine.speculative.kinds == DraftKinds{DraftKind::draft_simple})
+        spec.engine.speculative.kinds = {DraftKind::lookup};
+    else
+        spec.engine.speculative.kinds.remove(DraftKind::draft_simple);
+    return spec;
+}
+
 Result<ModelSpec> model_defaults(const ServeFlags& flags) {
     auto context = context_options(flags.context);
     if (!context) return std::unexpected(context.error());
@@ -152,6 +162,8 @@ Result<ModelSpec> model_defaults(const ServeFlags& flags) {
     s.engine.strategy = *strategy;
     if (auto ok = apply_speculative(flags.speculative, s.engine); !ok)
         return std::unexpected(ok.error());
+    s.draft_path = flags.speculative.draft_path;
+    s.draft_model = draft_model_options(flags.speculative, s.model);
     s.defaults.sampling = *sampling;
     s.defaults.max_tokens = flags.n_predict < 0 ? -1 : flags.n_predict;
     if (flags.reasoning != "auto") s.defaults.enable_thinking = flags.reasoning == "on";

@@ -144,7 +144,8 @@ Result<std::vector<KnownModel>> preset_models(const ServeFlags& flags) {
             if (!keep) return std::unexpected(keep.error());
             spec->keep_alive = *keep;
         }
-        known.push_back(KnownModel{std::move(*spec), loads_on_startup(preset), false});
+        known.push_back(
+            KnownModel{without_draft(std::move(*spec)), loads_on_startup(preset), false});
     }
     return known;
 }

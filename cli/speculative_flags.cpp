@@ -21,7 +21,72 @@ void add_ngram_map(CLI::App& app, const std::string& kind, NgramMapOptions& o) {
         ->capture_default_str();
 }
 
+void add_draft_model(CLI::App& app, SpeculativeFlags& flags) {
+    DraftModelOptions& d = flags.options.draft;
+    add_llama_option(app, "--spec-draft-model", flags.draft_path,
+                     "a draft model with the model's vocabulary (-md): adds draft-simple to the "
+                     "kinds");
+    add_llama_option(app, "--spec-draft-ngl", flags.draft_gpu_layers,
+                     "draft model layers on GPUs (-ngld; -1 = all)")
+        ->capture_default_str();
+    add_llama_option(app, "--spec-draft-device", flags.draft_devices,
+                     "devices for the draft model's layers (-devd; default: the model's)")
+        ->delimiter(',');
+    add_llama_option(app, "--spec-draft-threads", d.n_threads,
+                     "draft model decode threads (-td; 0 = the model's)")
+        ->capture_default_str();
+    add_llama_option(app, "--spec-draft-threads-batch", d.n_threads_batch,
+                     "draft model prefill threads (-tbd; 0 = -td)")
+        ->capture_default_str();
+    add_llama_option(app, "--spec-draft-type-k", flags.draft_type_k,
+                     "draft model KV cache type for K (-ctkd)")
+        ->capture_default_str();
+    add_llama_option(app, "--spec-draft-type-v", flags.draft_type_v,
+                     "draft model KV cache type for V (-ctvd)")
+        ->capture_default_str();
+    add_llama_option(app, "--spec-draft-p-min", d.p_min,
+                     "draft a token only while the draft model gives it at least this "
+                     "probability")
+        ->capture_default_str();
+    add_llama_option(app, "--spec-draft-p-split", flags.p_split,
+                     "taken for llama-server's command lines; the pinned llama.cpp's drafters do "
+                     "not use it")
+        ->capture_default_str();
+}
+
+Result<void> apply_draft_model(const SpeculativeFlags& flags, SpeculativeOptions& s) {
+    auto k = parse_kv_type(flags.draft_type_k);
+    if (!k) return std::unexpected(k.error());
+    auto v = parse_kv_type(flags.draft_type_v);
+    if (!v) return std::unexpected(v.error());
+    s.draft.type_k = *k;
+    s.draft.type_v = *v;
+    if (!(flags.p_split >= 0.0f && flags.p_split <= 1.0f))
+        return fail(ErrorCode::invalid_argument,
+                    fmt::format("must be in [0, 1], got {}", flags.p_split),
+                    "--spec-draft-p-split");
+    if (flags.draft_path.empty()) {
+        if (s.kinds.has(DraftKind::draft_simple))
+            return fail(ErrorCode::invalid_argument, "draft-simple needs a draft model (-md)",
+                        "--spec-type");
+        return {};
+    }
+    s.kinds.add(DraftKind::draft_simple);
+    return {};
+}
+
 }  // namespace
+
+ModelOptions draft_model_options(const SpeculativeFlags& flags, const ModelOptions& model) {
+    ModelOptions o = model;
+    o.n_gpu_layers = flags.draft_gpu_layers;
+    if (!flags.draft_devices.empty()) o.devices = flags.draft_devices;
+    o.tensor_split.clear();
+    o.main_gpu = 0;
+    o.fit = false;  // the model's fit leaves room; a draft is a fraction of it
+    o.progress = nullptr;
+    return o;
+}
 
 void add_speculative(CLI::App& app, SpeculativeFlags& flags) {
     SpeculativeOptions& o = flags.options;
@@ -59,6 +124,7 @@ void add_speculative(CLI::App& app, SpeculativeFlags& flags) {
         ->capture_default_str();
     add_llama_switch(app, "--spec-default", flags.llama_default,
                      "llama-server's default speculation: ngram-mod (match 24, 48 to 64 tokens)");
+    add_draft_model(app, flags);
 }
 
 Result<void> apply_speculative(const SpeculativeFlags& flags, EngineOptions& options) {
@@ -83,6 +149,7 @@ Result<void> apply_speculative(const SpeculativeFlags& flags, EngineOptions& opt
             s.kinds.add(*kind);
         }
     }
+    if (auto ok = apply_draft_model(flags, s); !ok) return ok;
     if (auto ok = s.validate(); !ok) return ok;
     options.speculative = std::move(s);
     return {};

@@ -72,6 +72,8 @@ struct Options {
     // A Qwen3-style reranker: rank pooling over the last token and a two-label ("yes", "no")
     // classifier head, whose softmax llama.cpp takes as the score.
     bool reranker = false;
+    // Not random: this model's weights, quantized to `type` (a draft model for speculation).
+    std::string quantize_from;
 };
 
 // Mamba-1 constants: every released checkpoint uses these, and llama.cpp only supports an
@@ -478,6 +480,7 @@ std::string read_text_file(const std::string& path) {
 void validate(const Options& o) {
     const Shape& s = o.shape;
     auto fail = [](const std::string& msg) { throw CLI::ValidationError(msg); };
+    if (o.vocab.empty() == o.quantize_from.empty()) fail("give one of --vocab and --quantize-from");
     if (s.n_embd <= 0 || s.n_layer <= 0 || s.n_ctx <= 0) {
         fail("--n-embd, --n-layer and --n-ctx must be positive");
     }
@@ -585,6 +588,19 @@ void generate(const Options& o) {
 
 }  // namespace
 
+// A copy of another model with its weights quantized by llama.cpp (tensors whose rows do not
+// fit the type's blocks keep a type that fits, as llama-quantize does).
+void quantize(const Options& o) {
+    llama_model_quantize_params q = llama_model_quantize_default_params();
+    q.ftype = o.type == "f32"    ? LLAMA_FTYPE_ALL_F32
+              : o.type == "f16"  ? LLAMA_FTYPE_MOSTLY_F16
+              : o.type == "q8_0" ? LLAMA_FTYPE_MOSTLY_Q8_0
+                                 : LLAMA_FTYPE_MOSTLY_Q4_0;
+    q.nthread = 1;
+    if (llama_model_quantize(o.quantize_from.c_str(), o.out.c_str(), &q) != 0)
+        throw std::runtime_error("llama.cpp could not quantize " + o.quantize_from);
+}
+
 int main(int argc, char** argv) {
     Options o;
     CLI::App app{
@@ -598,7 +614,9 @@ int main(int argc, char** argv) {
                    "Architecture (mamba is the recurrent family, jamba the hybrid one)")
         ->check(CLI::IsMember({"llama", "qwen3", "gemma2", "mamba", "jamba"}))
         ->capture_default_str();
-    app.add_option("--vocab", o.vocab, "GGUF file whose tokenizer.* keys are copied")->required();
+    app.add_option("--vocab", o.vocab, "GGUF file whose tokenizer.* keys are copied");
+    app.add_option("--quantize-from", o.quantize_from,
+                   "Instead of random weights: this model's, quantized to --type");
     app.add_option("--out", o.out, "Output GGUF path")->required();
     app.add_option("--preset", o.preset, "Shape defaults; explicit shape flags override")
         ->check(CLI::IsMember({"tiny", "demo", "bench125m"}))
@@ -644,7 +662,10 @@ int main(int argc, char** argv) {
 
     try {
         const auto t0 = std::chrono::steady_clock::now();
-        generate(o);
+        if (o.quantize_from.empty())
+            generate(o);
+        else
+            quantize(o);
         const std::chrono::duration<double> dt = std::chrono::steady_clock::now() - t0;
         fmt::print("done in {:.2f} s\n", dt.count());
     } catch (const std::exception& e) {

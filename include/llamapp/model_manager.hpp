@@ -59,9 +59,13 @@ struct ModelSpec {
     // A model from the Hugging Face hub. With `path` empty, add() looks for it in the hub cache
     // and, when it is not there, its first load pulls it (the progress is the load's).
     std::optional<HubRef> hub;
-    std::string source;         // where it came from, for listings (a path, "models-dir", "hub")
-    ModelOptions model;         // `progress` is the manager's
-    EngineOptions engine;       // `kv_store`, `metrics` and the model label are the manager's
+    std::string source;    // where it came from, for listings (a path, "models-dir", "hub")
+    ModelOptions model;    // `progress` is the manager's
+    EngineOptions engine;  // `kv_store`, `metrics` and the model label are the manager's
+    // A draft model (-md), loaded with the model into engine.speculative.draft.model and
+    // counted in its footprint.
+    std::filesystem::path draft_path;
+    ModelOptions draft_model;
     std::string chat_template;  // Jinja overriding the model's (empty: the model's, or ChatML)
     TemplateRenderer template_renderer = TemplateRenderer::jinja;
     RequestDefaults defaults;

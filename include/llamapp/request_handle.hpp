@@ -32,7 +32,7 @@ struct Completion {
     Generation generation;  // text, tokens, finish reason, usage, timings, error
     CacheInfo cache;
     double queue_ms = 0;  // from submit to admission into a slot
-    // Prompt-lookup speculation (EngineOptions::draft_tokens): tokens decoded as drafts, and how
+    // Speculation (EngineOptions::speculative): tokens decoded as drafts, and how
     // many of them the sampler confirmed (each one a decode saved).
     int draft_tokens = 0;
     int draft_accepted = 0;

@@ -8,12 +8,13 @@
 #include <string>
 #include <string_view>
 
+#include "llamapp/context.hpp"
 #include "llamapp/error.hpp"
 
 namespace llamapp {
 
 // Where drafts come from. `lookup` is llamapp's own prompt lookup; the others are llama.cpp
-// common's n-gram drafters under llama-server's names (--spec-type).
+// common's drafters under llama-server's names (--spec-type).
 enum class DraftKind {
     lookup,         // the latest earlier occurrence of the sequence's last few tokens
     ngram_simple,   // the same idea with llama.cpp's key and draft lengths
@@ -21,8 +22,9 @@ enum class DraftKind {
     ngram_map_k4v,  // the same, keeping up to four continuations per key
     ngram_mod,      // a hashed table of n-grams shared by all sequences
     ngram_cache,    // llama.cpp's lookup cache of the sequence's own n-grams
+    draft_simple,   // a smaller model with the same vocabulary (SpeculativeOptions::draft)
 };
-inline constexpr std::size_t draft_kind_count = 6;
+inline constexpr std::size_t draft_kind_count = 7;
 
 // A set of kinds (the order they are tried in is fixed: SpeculativeOptions::kinds).
 class DraftKinds {
@@ -32,6 +34,7 @@ class DraftKinds {
         for (DraftKind k : kinds) add(k);
     }
     constexpr void add(DraftKind kind) { bits_ |= bit(kind); }
+    constexpr void remove(DraftKind kind) { bits_ &= ~bit(kind); }
     constexpr bool has(DraftKind kind) const { return (bits_ & bit(kind)) != 0; }
     constexpr bool empty() const { return bits_ == 0; }
     bool operator==(const DraftKinds&) const = default;
@@ -65,9 +68,29 @@ struct NgramModOptions {
     int n_max = 64;
 };
 
+// A draft model (llama-server's -md and its --spec-draft-* flags). Its context is the engine's
+// twin: as many positions and sequences, the same batch sizes, one cache for all sequences.
+struct DraftModelOptions {
+    // Needed by draft_simple; must share the target's vocabulary (both checked at Engine::create).
+    std::optional<Model> model;
+    int n_threads = 0;        // 0 = the engine's
+    int n_threads_batch = 0;  // 0 = n_threads
+    KvType type_k = KvType::f16;
+    KvType type_v = KvType::f16;
+    // A draft token is proposed only while the draft model gives it at least this probability
+    // (--spec-draft-p-min); 0 proposes n_max tokens every time.
+    float p_min = 0.0f;
+};
+
+// Whether `draft` can draft for `target`: llama.cpp's rules for a draft model's vocabulary (the
+// tokenizer type, BOS and EOS, sizes within 128 tokens, the same text for every token from id 5).
+// invalid_argument names the first difference. Models loaded vocab_only suffice.
+[[nodiscard]] Result<void> check_draft_vocabulary(const Model& target, const Model& draft);
+
 struct SpeculativeOptions {
     // The kinds tried for a stream, in this order: lookup, then llama.cpp's in its own
-    // (ngram-simple, -map-k, -map-k4v, -mod, -cache); the first that proposes drafts. Empty: no
+    // (ngram-simple, -map-k, -map-k4v, -mod, -cache, draft-simple); the first that proposes
+    // drafts. Empty: no
     // drafts. Drafts are kept while each equals what the request's own sampler picks from the
     // logits computed for it, so a reply is the one it would be without them.
     DraftKinds kinds = {DraftKind::lookup};
@@ -85,6 +108,7 @@ struct SpeculativeOptions {
     NgramMapOptions ngram_map_k;
     NgramMapOptions ngram_map_k4v;
     NgramModOptions ngram_mod;
+    DraftModelOptions draft;  // for draft_simple
 
     bool enabled() const { return n_max > 0 && !kinds.empty(); }
     bool uses(DraftKind kind) const;

@@ -24,6 +24,7 @@ SequenceMemory::SequenceMemory(llama_context* ctx, bool unified)
       held_(ctx ? llama_n_seq_max(ctx) : 0) {}
 
 void SequenceMemory::clear() {
+    if (mirror_) mirror_->clear();
     if (memory_) llama_memory_clear(memory_, true);
     for (auto& tokens : held_) tokens.clear();
 }
@@ -37,6 +38,7 @@ bool SequenceMemory::trim_cells(int seq, std::size_t keep) {
 }
 
 void SequenceMemory::remove(int seq) {
+    if (mirror_) mirror_->remove(seq);
     remove_cells(seq);
     held_[index(seq)].clear();
 }
@@ -47,12 +49,14 @@ void SequenceMemory::append(int seq, std::span<const Token> tokens) {
 
 bool SequenceMemory::trim(int seq, std::size_t keep) {
     if (!trim_cells(seq, keep)) return false;
+    if (mirror_ && !mirror_->trim(seq, keep)) mirror_->remove(seq);
     std::vector<Token>& held = held_[index(seq)];
     if (keep < held.size()) held.resize(keep);
     return true;
 }
 
 bool SequenceMemory::rewind_to_held(int seq) {
+    if (mirror_ && !mirror_->trim(seq, size(seq))) mirror_->remove(seq);
     return trim_cells(seq, size(seq));
 }
 
@@ -62,10 +66,12 @@ void SequenceMemory::copy_prefix(int from, int to, std::size_t n) {
     const std::vector<Token>& source = held_[index(from)];
     held_[index(to)].assign(
         source.begin(), source.begin() + static_cast<std::ptrdiff_t>(std::min(n, source.size())));
+    if (mirror_) mirror_->copy_prefix(from, to, std::min(n, mirror_->size(from)));
 }
 
 void SequenceMemory::copy_whole(int from, int to) {
     remove(to);
+    if (mirror_) mirror_->copy_whole(from, to);
     if (unified_) {
         llama_memory_seq_cp(memory_, from, to, -1, -1);  // shares the cells: nothing to wait for
         held_[index(to)] = held_[index(from)];
@@ -74,7 +80,7 @@ void SequenceMemory::copy_whole(int from, int to) {
     std::vector<std::uint8_t> bytes(snapshot_size(from));
     if (!snapshot(from, bytes) ||
         llama_state_seq_set_data(ctx_, bytes.data(), bytes.size(), to) != bytes.size()) {
-        remove_cells(to);
+        remove(to);
         return;
     }
     held_[index(to)] = held_[index(from)];

@@ -74,6 +74,12 @@ class SequenceMemory {
     [[nodiscard]] bool restore(int seq, std::span<const std::uint8_t> bytes,
                                std::span<const Token> stored, std::size_t keep);
 
+    // Keeps `draft` (a draft model's memory, one cache for all sequences) a prefix of this one:
+    // each cut, copy, restore or removal here cuts it as well (a restored sequence's draft cells
+    // are dropped and computed again). What the draft model decodes, it records on `draft`
+    // itself. Null: none.
+    void mirror_to(SequenceMemory* draft) { mirror_ = draft; }
+
     // What this model's memory can do, tried on a fresh context with three tokens; the memory
     // is cleared afterwards. Partial copies are only tried on a unified cache: between separate
     // streams llama.cpp asserts on them.
@@ -89,6 +95,7 @@ class SequenceMemory {
     llama_memory_t memory_ = nullptr;
     bool unified_ = true;
     std::vector<std::vector<Token>> held_;  // per sequence: the tokens its cells hold
+    SequenceMemory* mirror_ = nullptr;
 };
 
 }  // namespace llamapp::detail

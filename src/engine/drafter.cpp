@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "engine/draft_model.hpp"
 #include "engine/ngram_draft.hpp"
 #include "speculative.h"
 
@@ -17,6 +18,7 @@ constexpr std::pair<DraftKind, common_speculative_type> common_kinds[] = {
     {DraftKind::ngram_map_k4v, COMMON_SPECULATIVE_TYPE_NGRAM_MAP_K4V},
     {DraftKind::ngram_mod, COMMON_SPECULATIVE_TYPE_NGRAM_MOD},
     {DraftKind::ngram_cache, COMMON_SPECULATIVE_TYPE_NGRAM_CACHE},
+    {DraftKind::draft_simple, COMMON_SPECULATIVE_TYPE_DRAFT_SIMPLE},
 };
 
 common_params_speculative_ngram_map to_common(const NgramMapOptions& o) {
@@ -38,6 +40,7 @@ common_params_speculative common_params(const SpeculativeOptions& o, common_spec
     p.ngram_mod.n_match = o.ngram_mod.match;
     p.ngram_mod.n_min = o.ngram_mod.n_min;
     p.ngram_mod.n_max = o.ngram_mod.n_max;
+    p.draft.p_min = o.draft.p_min;
     return p;
 }
 
@@ -49,15 +52,23 @@ struct Drafter::Common {
     std::vector<std::vector<std::int32_t>> results;  // per sequence
 };
 
-Drafter::Drafter(const SpeculativeOptions& options, int n_seq)
+Drafter::Drafter(const SpeculativeOptions& options, int n_seq, DraftModel* draft,
+                 llama_context* target)
     : options_(options), sequences_(static_cast<std::size_t>(n_seq)) {
     if (!options_.enabled()) return;
     for (const auto& [kind, type] : common_kinds) {
         if (!options_.uses(kind)) continue;
         common_params_speculative params = common_params(options_, type);
+        if (kind == DraftKind::draft_simple) {
+            if (!draft) continue;
+            draft_ = draft;
+            params.draft.ctx_tgt = target;
+            params.draft.ctx_dft = draft->context();
+        }
         Common c;
         c.kind = kind;
-        // Null only for a kind llama.cpp does not know, which the table above rules out.
+        // Null only for a kind llama.cpp does not know, which the table above rules out; the
+        // draft model's vocabulary and sequences were checked before (DraftModel::create).
         c.spec.reset(common_speculative_init(params, static_cast<std::uint32_t>(n_seq)));
         if (!c.spec) continue;
         c.results.resize(static_cast<std::size_t>(n_seq));
@@ -110,20 +121,7 @@ void Drafter::propose(std::span<const Want> wants, std::span<Proposal> out) {
     }
     for (std::size_t k = 0; k < common_.size() && !pending_.empty(); ++k) {
         Common& c = common_[k];
-        for (std::size_t i : pending_) {
-            const Want& want = wants[i];
-            auto& result = c.results[static_cast<std::size_t>(want.seq)];
-            result.clear();
-            common_speculative_draft_params& dp =
-                common_speculative_get_draft_params(c.spec.get(), want.seq);
-            dp.drafting = true;
-            dp.n_max = want.n_max;
-            dp.pos0 = static_cast<llama_pos>(want.history.size());
-            dp.id_last = want.next;
-            dp.prompt = &sequences_[static_cast<std::size_t>(want.seq)].history;
-            dp.result = &result;
-        }
-        common_speculative_draft(c.spec.get());
+        draft_with(c, wants);
         std::erase_if(pending_, [&](std::size_t i) {
             const Want& want = wants[i];
             const auto& result = c.results[static_cast<std::size_t>(want.seq)];
@@ -137,6 +135,44 @@ void Drafter::propose(std::span<const Want> wants, std::span<Proposal> out) {
             return true;
         });
     }
+}
+
+bool Drafter::can_draft(const Common& c, const Want& want) const {
+    return c.kind != DraftKind::draft_simple || draft_->in_step(want.seq, want.history.size());
+}
+
+// One llama.cpp kind's pass over the pending wants it can draft for.
+void Drafter::draft_with(Common& c, std::span<const Want> wants) {
+    bool any = false;
+    for (std::size_t i : pending_) {
+        const Want& want = wants[i];
+        auto& result = c.results[static_cast<std::size_t>(want.seq)];
+        result.clear();
+        if (!can_draft(c, want)) continue;
+        common_speculative_draft_params& dp =
+            common_speculative_get_draft_params(c.spec.get(), want.seq);
+        dp.drafting = true;
+        dp.n_max = want.n_max;
+        dp.pos0 = static_cast<llama_pos>(want.history.size());
+        dp.id_last = want.next;
+        dp.prompt = &sequences_[static_cast<std::size_t>(want.seq)].history;
+        dp.result = &result;
+        any = true;
+    }
+    if (!any) return;
+    common_speculative_draft(c.spec.get());
+    if (c.kind != DraftKind::draft_simple) return;
+    // The draft model decoded the lead and its drafts on its cells; the target decodes them next.
+    for (std::size_t i : pending_) draft_->drop_drafts(wants[i].seq);
+}
+
+void Drafter::decoded(std::span<const DecodedRow> rows) {
+    if (!draft_) return;
+    for (Common& c : common_)
+        if (c.kind == DraftKind::draft_simple)
+            draft_->decoded(rows, [&](const llama_batch& batch) {
+                return common_speculative_process(c.spec.get(), batch);
+            });
 }
 
 void Drafter::accepted(int seq, int accepted) {

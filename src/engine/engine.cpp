@@ -89,9 +89,16 @@ Result<Engine> Engine::create(const Model& model, EngineOptions options) {
     const int n_ctx_seq = detail::context_state(*context).n_ctx_seq();
     auto persistence = detail::make_store_settings(model, options, modes, n_ctx_seq);
     if (!persistence) return std::unexpected(persistence.error());
+    std::unique_ptr<detail::DraftModel> draft;
+    if (options.speculative.uses(DraftKind::draft_simple)) {
+        auto made = detail::DraftModel::create(model, detail::context_state(*context),
+                                               options.speculative.draft);
+        if (!made) return std::unexpected(made.error());
+        draft = std::move(*made);
+    }
     auto core = std::make_unique<detail::EngineCore>(std::move(*context), std::move(options),
                                                      std::move(*metrics), std::move(modes),
-                                                     std::move(*persistence));
+                                                     std::move(*persistence), std::move(draft));
     core->start();
     return Engine(std::move(core));
 }

@@ -53,7 +53,7 @@ SchedulerOptions scheduler_options(const EngineOptions& options, const ReuseMode
 }  // namespace
 
 EngineCore::EngineCore(Context context, EngineOptions options, EngineMetrics metrics,
-                       ReuseModes modes, StoreSettings store)
+                       ReuseModes modes, StoreSettings store, std::unique_ptr<DraftModel> draft)
     : context_(std::move(context)),
       state_(context_state(context_)),
       options_(std::move(options)),
@@ -64,12 +64,14 @@ EngineCore::EngineCore(Context context, EngineOptions options, EngineMetrics met
       inbox_(std::make_shared<Inbox>()),
       scheduler_(scheduler_options(options_, modes_, state_, store, attention_on_host(context_))),
       slots_(state_.sequences, state_.n_seq_max()),
-      drafter_(options_.speculative, state_.n_seq_max()),
+      draft_model_(std::move(draft)),
+      drafter_(options_.speculative, state_.n_seq_max(), draft_model_.get(), state_.ctx.get()),
       persistence_(std::move(store), slots_, state_.sequences, scheduler_, modes_),
       delivery_(options_.on_lifecycle, metrics_, persistence_, [this] { publish_gauges(); }),
       executor_(state_, scheduler_, slots_, drafter_, persistence_, delivery_, metrics_, modes_),
       actions_(slots_, persistence_) {
     metrics_.kv_capacity->set(static_cast<double>(state_.n_ctx()));
+    if (draft_model_) draft_model_->follow(state_.sequences);
 }
 
 EngineCore::~EngineCore() {

@@ -23,6 +23,7 @@
 
 #include "core/context_state.hpp"
 #include "engine/delivery.hpp"
+#include "engine/draft_model.hpp"
 #include "engine/engine_metrics.hpp"
 #include "engine/executor.hpp"
 #include "engine/inbox.hpp"
@@ -37,8 +38,9 @@ namespace llamapp::detail {
 class EngineCore {
   public:
     using Clock = Reply::Clock;
+    // `draft`: the draft model (DraftKind::draft_simple), or null.
     EngineCore(Context context, EngineOptions options, EngineMetrics metrics, ReuseModes modes,
-               StoreSettings store);
+               StoreSettings store, std::unique_ptr<DraftModel> draft);
     ~EngineCore();
 
     void start();
@@ -118,6 +120,7 @@ class EngineCore {
     // Decode thread state, in the order each part needs the ones before it.
     Scheduler scheduler_;  // decisions; the parts below carry them out
     SlotTable slots_;
+    std::unique_ptr<DraftModel> draft_model_;  // follows state_.sequences while it lives
     Drafter drafter_;
     KvPersistence persistence_;
     Delivery delivery_;

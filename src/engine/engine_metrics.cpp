@@ -63,6 +63,14 @@ void register_decode_loop(MetricsRegistry& r, MetricRegistration& keep, const La
         drafted_at(position.c_str(), m.drafted_at[p]);
         accepted_at(position.c_str(), m.accepted_at[p]);
     }
+    keep(r.counter("llamapp_draft_seconds_total",
+                   "Decode thread time making drafts (a draft model: also decoding every call "
+                   "of the model on it)",
+                   labels),
+         m.draft_seconds);
+    keep(r.counter("llamapp_draft_verify_seconds_total",
+                   "Time inside llama_decode calls that carried drafts", labels),
+         m.verify_seconds);
 }
 
 }  // namespace

@@ -86,6 +86,10 @@ struct EngineMetrics {
     static constexpr std::size_t draft_positions = 8;
     std::array<Counter*, draft_positions> drafted_at{};
     std::array<Counter*, draft_positions> accepted_at{};
+    // Decode thread time making drafts (proposing them; a draft model also decodes each of the
+    // target's calls), and inside the llama_decode calls that carried drafts (verification).
+    Counter* draft_seconds = nullptr;
+    Counter* verify_seconds = nullptr;
     Counter* reuse_none = nullptr;
     Counter* reuse_same = nullptr;
     Counter* reuse_other = nullptr;

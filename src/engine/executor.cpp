@@ -83,7 +83,10 @@ std::span<const StreamView> Executor::stream_views() {
 void Executor::plan_rows(std::size_t queue_depth) {
     scheduler_.plan_step(stream_views(), queue_depth, plan_);
     for (int slot : plan_.waited) --slots_[slot].running->draft_wait;
+    if (plan_.draft_room == 0) return;
+    const auto start = Clock::now();
     fill_drafts();
+    metrics_.draft_seconds->inc(seconds(Clock::now() - start));
 }
 
 // The drafter's proposals into the rows the plan left for them, in stream order while the
@@ -169,6 +172,7 @@ void Executor::process_rows(std::size_t begin, std::size_t end) {
     auto pad = pads.begin();
     const Row* first = nullptr;  // the first live row, and whether every live row shares its owner
     bool single_owner = true;
+    bool drafts = false;
     for (std::size_t i = begin; i < end; ++i) {
         Row& row = rows_[i];
         row.batch_index = -1;
@@ -181,6 +185,7 @@ void Executor::process_rows(std::size_t begin, std::size_t end) {
             batch_.add(0, static_cast<int>(state_.sequences.size(*pad)), *pad, false);
         row.batch_index = batch_.batch.n_tokens;
         batch_.add(row.token, row.pos, seq, row.logits);
+        drafts = drafts || row.draft;
     }
     const int n = batch_.batch.n_tokens;
     if (n == 0) return;
@@ -196,6 +201,7 @@ void Executor::process_rows(std::size_t begin, std::size_t end) {
     const auto start = Clock::now();
     auto ok = state_.decode(batch_.batch, owner_token, deadline, &stop_decoding_);
     metrics_.decode_seconds->inc(seconds(Clock::now() - start));
+    if (drafts) metrics_.verify_seconds->inc(seconds(Clock::now() - start));
     metrics_.decode_calls->inc();
     metrics_.llama_server.count_decode(slots_.busy());
     // Padding trims wherever it is added (pad_gaps_), whatever the call did.
@@ -205,6 +211,7 @@ void Executor::process_rows(std::size_t begin, std::size_t end) {
         metrics_.padding_rows->inc(padding);
         metrics_.decoded_tokens->inc(n - padding);
         metrics_.batch_size->observe(n - padding);
+        follow_on_draft(begin, end);
         commit_rows(begin, end);
         return;
     }
@@ -335,6 +342,21 @@ void Executor::drop_drafts(std::size_t begin, std::size_t end) {
             row.batch_index = -1;
         }
     }
+}
+
+// A draft model decodes what the target just did, while the target's cells still end where the
+// rows begin (DraftModel::decoded).
+void Executor::follow_on_draft(std::size_t begin, std::size_t end) {
+    if (!drafter_.follows_decodes()) return;
+    const auto start = Clock::now();
+    decoded_.clear();
+    for (std::size_t i = begin; i < end; ++i) {
+        const Row& row = rows_[i];
+        if (row.batch_index < 0 || !live(row)) continue;
+        decoded_.push_back({.seq = slots_[row.slot].seq, .pos = row.pos, .token = row.token});
+    }
+    drafter_.decoded(decoded_);
+    metrics_.draft_seconds->inc(seconds(Clock::now() - start));
 }
 
 void Executor::commit_rows(std::size_t begin, std::size_t end) {

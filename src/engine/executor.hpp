@@ -43,6 +43,7 @@ class Executor {
     void fill_drafts();
     void process_rows(std::size_t begin, std::size_t end);
     std::span<const int> gap_padding(std::size_t begin, std::size_t end);
+    void follow_on_draft(std::size_t begin, std::size_t end);
     void commit_rows(std::size_t begin, std::size_t end);
     bool live(const Row& row) const;
     void relieve_pressure(std::size_t begin, std::size_t end);
@@ -86,6 +87,7 @@ class Executor {
     std::vector<Drafter::Proposal> proposals_;
     std::vector<std::size_t> leads_;      // the rows of wants_' streams
     std::vector<DraftKind> draft_kinds_;  // per slot: where its last drafts came from
+    std::vector<DecodedRow> decoded_;     // this call's rows, for a draft model
     LlamaBatch batch_;
 };
 

@@ -10,13 +10,14 @@ namespace llamapp {
 
 namespace {
 
-constexpr std::array<std::pair<DraftKind, std::string_view>, 6> kind_names = {{
+constexpr std::array<std::pair<DraftKind, std::string_view>, draft_kind_count> kind_names = {{
     {DraftKind::lookup, "lookup"},
     {DraftKind::ngram_simple, "ngram-simple"},
     {DraftKind::ngram_map_k, "ngram-map-k"},
     {DraftKind::ngram_map_k4v, "ngram-map-k4v"},
     {DraftKind::ngram_mod, "ngram-mod"},
     {DraftKind::ngram_cache, "ngram-cache"},
+    {DraftKind::draft_simple, "draft-simple"},
 }};
 
 // llama.cpp keeps these lengths in 16 bits; far below that, longer keys never match.
@@ -90,7 +91,13 @@ Result<void> SpeculativeOptions::validate() const {
     if (auto ok = check("ngram-map-k4v", ngram_map_k4v); !ok) return ok;
     if (auto ok = check("ngram-mod match", ngram_mod.match, 1, max_ngram_tokens); !ok) return ok;
     if (auto ok = check("ngram-mod n_max", ngram_mod.n_max, 1, max_draft_tokens); !ok) return ok;
-    return check("ngram-mod n_min", ngram_mod.n_min, 0, ngram_mod.n_max);
+    if (auto ok = check("ngram-mod n_min", ngram_mod.n_min, 0, ngram_mod.n_max); !ok) return ok;
+    if (!(draft.p_min >= 0.0f && draft.p_min <= 1.0f))
+        return fail(ErrorCode::invalid_argument,
+                    fmt::format("speculative p_min must be in [0, 1], got {}", draft.p_min),
+                    "speculative.p_min");
+    if (auto ok = check("draft n_threads", draft.n_threads, 0, 1024); !ok) return ok;
+    return check("draft n_threads_batch", draft.n_threads_batch, 0, 1024);
 }
 
 }  // namespace llamapp

@@ -53,6 +53,15 @@ Result<Footprint> estimate(const ModelEntry& e, const ModelOptions& model, Conte
     context.kv_unified = e.spec.engine.unified_kv();
     auto f = estimate_footprint(e.spec.path, model, context);
     if (!f) return f;
+    if (!e.spec.draft_path.empty()) {
+        ContextOptions twin = context;  // DraftModel::create's context
+        twin.kv_unified = true;
+        twin.type_k = e.spec.engine.speculative.draft.type_k;
+        twin.type_v = e.spec.engine.speculative.draft.type_v;
+        auto d = estimate_footprint(e.spec.draft_path, e.spec.draft_model, twin);
+        if (!d) return d;
+        *f += *d;
+    }
     if (!embeds_from_load(e)) return f;
     auto g =
         estimate_embedder(e.spec.path, model, embedder_options(n_ctx_seq(e.spec.engine), context));
@@ -333,6 +342,16 @@ Result<std::shared_ptr<LoadedModel>> ManagerState::build(ModelEntry& e) {
     };
     auto model = Model::load(e.spec.path, mo);
     if (!model) return std::unexpected(model.error());
+    std::optional<Model> draft;
+    if (!e.spec.draft_path.empty()) {
+        auto d = Model::load(e.spec.draft_path, e.spec.draft_model);
+        if (!d) {
+            Error error = d.error();
+            error.message = "the draft model: " + error.message;
+            return std::unexpected(std::move(error));
+        }
+        draft = std::move(*d);
+    }
     auto loaded = std::make_shared<LoadedModel>(e.spec.id, std::move(*model));
     loaded->capabilities = e.capabilities;
     loaded->defaults = e.spec.defaults;
@@ -341,6 +360,7 @@ Result<std::shared_ptr<LoadedModel>> ManagerState::build(ModelEntry& e) {
         eo.kv_store = options.kv_store;
         eo.metrics = metrics;
         eo.metric_labels.emplace_back("model", e.spec.id);
+        if (draft) eo.speculative.draft.model = std::move(draft);
         auto engine = Engine::create(loaded->model, std::move(eo));
         if (!engine) return std::unexpected(engine.error());
         loaded->engine.emplace(std::move(*engine));

@@ -34,13 +34,21 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 
-# Hub repository -> {path inside it: the local file}. stories260K is the suite's main model.
+# Hub repository -> {path inside it: the local file}. stories260K is the suite's main model, and
+# stands in for stories15M_MOE (test_speculative's target; test_lora and test_tool_call use it too).
 def hub_models(shared: Path) -> dict:
     stories = shared / "models" / "stories260K.gguf"
     return {
         "ggml-org/test-model-stories260K": {"stories260K.gguf": stories},
         "ggml-org/models": {"tinyllamas/stories260K.gguf": stories},
+        "ggml-org/stories15M_MOE": {"stories15M_MOE-F16.gguf": stories},
     }
+
+
+# Files the suite fetches by URL (utils.download_file, into tests/tmp/) -> the local stand-in:
+# test_speculative's draft is stories260K's Q4_0 copy, which the build generates.
+def url_files(models_dir: Path) -> dict:
+    return {"stories15M-q4_0.gguf": models_dir / "stories260K-q4_0.gguf"}
 
 COMMIT = "0" * 40  # the snapshot every seeded repository is at
 
@@ -161,6 +169,10 @@ def main() -> int:
             (tmp / "openai" / "__init__.py").write_text(OPENAI_STANDIN)
         cache = tmp / "hf-cache"
         seed_cache(cache, hub_models(args.shared.resolve()))
+        (suite / "tmp").mkdir(exist_ok=True)
+        for name, local in url_files(args.llamapp.resolve().parents[1] / "models").items():
+            if local.exists():
+                shutil.copyfile(local, suite / "tmp" / name)
         files = [f for f in args.files.split(",") if f] or sorted(
             p.name for p in (suite / "unit").glob("test_*.py"))
         link_dir = tmp / "llamapp"

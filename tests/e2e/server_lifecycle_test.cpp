@@ -110,6 +110,9 @@ TEST(ServerOptions, DraftsAreOnByDefaultKeepTheReplyAndShowInMetricsByKind) {
         {{}, "lookup"},  // drafting is on unless turned off
         {{"--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "3"}, "ngram-simple"},
         {{"--draft-tokens", "0"}, ""},  // llamapp's older name of --spec-draft-n-max
+        // The trained model drafted by its Q4_0 copy.
+        {{"--spec-type", "draft-simple", "-md", generated_model("stories260K-q4_0.gguf").string()},
+         "draft-simple"},
     };
     std::vector<std::string> replies;
     for (const Setup& setup : setups) {
@@ -122,7 +125,7 @@ TEST(ServerOptions, DraftsAreOnByDefaultKeepTheReplyAndShowInMetricsByKind) {
         replies.push_back(json::parse(r->body)["choices"][0]["text"]);
         auto m = server.client().Get("/metrics");
         ASSERT_TRUE(m);
-        for (const char* kind : {"lookup", "ngram-simple"}) {
+        for (const char* kind : {"lookup", "ngram-simple", "draft-simple"}) {
             const auto value = prometheus_value(
                 m->body, fmt::format("llamapp_draft_tokens_accepted_total{{model=\"stories260K\","
                                      "kind=\"{}\"}}",

@@ -256,7 +256,7 @@ TEST(LlamaServerFlags, WhatLlamappCannotHonourIsRefusedByName) {
         {serve + "--lora adapter.gguf", "--lora"},
         {serve + "--context-shift", "--context-shift"},
         {serve + "-nocb", "--no-cont-batching"},
-        {serve + "--model-draft d.gguf", "--model-draft"},
+        {serve + "--spec-draft-cpu-moe", "--spec-draft-cpu-moe"},
         {serve + "--grammar 'root ::= \"a\"'", "--grammar"},
         {"LLAMA_ARG_SWA_FULL=1 " + serve, "LLAMA_ARG_SWA_FULL"},
         {serve + "--webui", "no web UI"},
@@ -275,12 +275,14 @@ TEST(LlamaServerFlags, BadSpeculativeFlagsAreOneLine) {
     const std::string serve = binary("llamapp").string() + " serve --port 0 -m " +
                               shared_model("stories260K.gguf").string() + " ";
     const std::vector<std::pair<std::string, std::string>> cases = {
-        {"--spec-type draft-simple", "draft-simple"},
+        {"--spec-type draft-simple", "draft-simple needs a draft model"},
+        {"--spec-type draft-mtp", "draft-mtp"},
+        {"-md " + generated_model("coder-tiny.gguf").string(), "vocabulary"},
         {"--spec-type lookup,ngram-nothing", "ngram-nothing"},
         {"--spec-draft-n-max 999", "n_max"},
         {"--spec-draft-n-max 3 --spec-draft-n-min 9", "n_min"},
         {"--spec-type ngram-mod --spec-ngram-mod-n-match 0", "ngram-mod match"},
-        {"--spec-draft-model d.gguf", "draft models"},
+        {"--spec-draft-hf a/b", "draft model is a file"},
     };
     for (const auto& [flags, what] : cases) {
         const CommandResult r = run_command(serve + flags + " 2>&1");

@@ -25,6 +25,15 @@ out=$("$dir/chat_tool" "$qwen" 2>/dev/null) || fail "chat_tool made no tool call
 out=$("$dir/engine_threads" "$stories" 2>/dev/null) || fail "engine_threads: $out"
 [ "$(grep -c '^\[[0-5]\] ' <<<"$out")" -eq 6 ] || fail "engine_threads printed: $out"
 
+# The trained model drafted by its Q4_0 copy (generated beside the tests' models): its reply,
+# and most drafts kept.
+draft=$(dirname "$qwen")/stories260K-q4_0.gguf
+out=$("$dir/draft_model" "$stories" "$draft" "Once upon a time" 2>/dev/null) || fail "draft_model: $out"
+[[ $out == ", there was a little girl named Lily."* ]] || fail "draft_model printed: $out"
+kept=$(sed -n 's/^drafted \([0-9]*\) tokens, kept \([0-9]*\)$/\1 \2/p' <<<"$out")
+read -r drafted accepted <<<"$kept"
+[ "${accepted:-0}" -gt 0 ] && [ $((accepted * 2)) -gt "$drafted" ] || fail "draft_model kept: $out"
+
 first=$("$dir/kv_store_restart" "$stories" "$work/cache" 2>/dev/null)
 second=$("$dir/kv_store_restart" "$stories" "$work/cache" 2>/dev/null)
 [[ $first == *"(none)"* ]] || fail "kv_store_restart, first run: $first"
@@ -47,4 +56,4 @@ exec 3>&-
 read -r -t 300 line <&4 || fail "embedded_server did not stop: $(cat "$work/server.err")"
 [ "$line" = "stopped" ] || fail "embedded_server printed: $line"
 wait "$pid" || fail "embedded_server failed: $(cat "$work/server.err")"
-echo "examples: all six ran"
+echo "examples: all seven ran"

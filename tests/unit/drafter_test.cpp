@@ -139,7 +139,11 @@ TEST(Drafter, OptionsOutOfRangeAreTypedErrors) {
     o.batch_rows = 0;
     EXPECT_FALSE(o.validate());
     EXPECT_EQ(parse_draft_kind("ngram-map-k4v"), DraftKind::ngram_map_k4v);
-    EXPECT_EQ(parse_draft_kind("draft-simple"), std::nullopt);
+    EXPECT_EQ(parse_draft_kind("draft-simple"), DraftKind::draft_simple);
+    EXPECT_EQ(parse_draft_kind("draft-mtp"), std::nullopt);
+    o = {};
+    o.draft.p_min = 1.5f;
+    EXPECT_EQ(o.validate().error().context, "speculative.p_min");
     for (std::size_t k = 0; k < draft_kind_count; ++k)
         EXPECT_EQ(parse_draft_kind(to_string(static_cast<DraftKind>(k))),
                   static_cast<DraftKind>(k));
