@@ -66,6 +66,9 @@ bool is_negation(const common_arg& a, std::string_view spelling) {
 std::string why_not(std::string_view flag) {
     static const std::vector<std::pair<std::string_view, std::string_view>> reasons = {
         {"--lora", "LoRA adapters are not supported yet"},
+        {"--spec-synth",
+         "a draft is kept only where the request's own sampler picks it; synthetic acceptance "
+         "rates are not supported"},
         {"--spec-draft-hf", "a draft model is a file here (-md); Hugging Face pulls are for -hf"},
         {"--spec-",
          "llamapp takes the draft model's file, layers, devices, threads and KV types; MTP "

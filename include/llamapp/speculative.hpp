@@ -97,8 +97,9 @@ struct SpeculativeOptions {
     int n_max = 3;  // most drafts per stream and step (--spec-draft-n-max); 0 = none
     int n_min = 0;  // a shorter proposal is not decoded (--spec-draft-n-min)
     // Drafts ride along only while the streams' decode call holds at most this many rows
-    // (streams + drafts): on a CPU a decode's cost grows with its rows, so drafting pays for one
-    // or two streams and loses once several streams fill the batch; a GPU can take far more
+    // (streams + drafts; a stream decoding alone takes all it asks for): on a CPU a decode's cost
+    // grows with its rows, so drafting pays for one or two streams and loses once several
+    // streams fill the batch; a GPU can take far more
     // (docs/performance.md). With a cache per slot (EngineOptions::kv_layout), only a stream
     // decoding alone drafts: llama.cpp would give a lead and its drafts beside other streams a
     // pass of its own.

@@ -40,6 +40,7 @@ SchedulerOptions scheduler_options(const EngineOptions& options, const ReuseMode
     s.draft_tokens = options.speculative.enabled() ? options.speculative.n_max : 0;
     // Within one ubatch, so that a lead and its drafts are placed together.
     s.draft_rows = std::min(options.speculative.batch_rows, state.n_ubatch());
+    s.lone_draft_rows = state.n_ubatch();
     s.cache_per_slot = !state.sequences.unified();
     s.strategy = options.strategy;
     if (store.store) {

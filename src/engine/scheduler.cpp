@@ -347,7 +347,12 @@ void Scheduler::plan_step(std::span<const StreamView> streams, std::size_t queue
         room -= take_[i];
         decode_rows += demand_[i].decoding ? take_[i] : 0;
     }
-    room = std::min(room, options_.draft_rows - decode_rows);
+    // Beside other streams the rows rule bounds them all; a stream decoding alone may take all
+    // the drafts it asked for.
+    room =
+        std::min(room, (decode_rows == 1 ? std::max(options_.draft_rows, options_.lone_draft_rows)
+                                         : options_.draft_rows) -
+                           decode_rows);
     if (options_.cache_per_slot && decode_rows > 1) room = 0;
     plan.draft_room = std::max(0, room);
     for (std::size_t i = 0; i < demand_.size(); ++i) {

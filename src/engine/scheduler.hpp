@@ -137,6 +137,8 @@ struct SchedulerOptions {
     std::size_t tile_rows = 64;
     int draft_tokens = 0;  // SpeculativeOptions::n_max; 0: the engine does not draft
     int draft_rows = 0;    // SpeculativeOptions::batch_rows within one ubatch
+    // A stream decoding alone: its own n_max, within one ubatch (n_ubatch).
+    int lone_draft_rows = 0;
     // Each slot has a KV cache of its own (EngineOptions::kv_layout). llama.cpp then builds a
     // ubatch from consecutive sequence ids only, each with the same number of tokens, and every
     // extra ubatch is a pass over the weights. So a request with no prefix to reuse takes the free

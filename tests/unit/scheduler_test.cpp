@@ -788,6 +788,7 @@ TEST(Scheduler, DraftBudgetsFollowTheRowsLeftTheTokenLimitAndTheContext) {
         int draft_tokens = 3;
         int draft_max = -1;  // the request's
         int draft_rows = 4;
+        int lone_draft_rows = 0;
         int max_tokens = -1;
         int completion_tokens = 0;
         int n_ctx_seq = 4096;
@@ -805,6 +806,15 @@ TEST(Scheduler, DraftBudgetsFollowTheRowsLeftTheTokenLimitAndTheContext) {
         {.name = "the engine drafts nothing", .draft_tokens = 0, .draft_max = 2, .drafts = 0},
         {.name = "rows for two", .draft_rows = 3, .drafts = 2},
         {.name = "two streams fill the draft rows", .draft_rows = 2, .streams = 2, .drafts = 0},
+        {.name = "alone, the request takes what it asks for beyond the rows",
+         .draft_max = 8,
+         .lone_draft_rows = 512,
+         .drafts = 8},
+        {.name = "two streams keep to the rows",
+         .draft_rows = 2,
+         .lone_draft_rows = 512,
+         .streams = 2,
+         .drafts = 0},
         {.name = "a cache per slot, two streams",
          .streams = 2,
          .cache_per_slot = true,
@@ -822,6 +832,7 @@ TEST(Scheduler, DraftBudgetsFollowTheRowsLeftTheTokenLimitAndTheContext) {
         SchedulerOptions o = options();
         o.draft_tokens = c.draft_tokens;
         o.draft_rows = c.draft_rows;
+        o.lone_draft_rows = c.lone_draft_rows;
         o.n_ctx_seq = c.n_ctx_seq;
         o.cache_per_slot = c.cache_per_slot;
         Scheduler scheduler(o);
