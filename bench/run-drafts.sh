@@ -8,7 +8,8 @@
 #                       [--pair bench|stories]
 # draft-simple (a draft model) and its baseline none-with-pair run on a target and draft pair:
 # bench (default), the random-weight 125M model in F16 drafted by its own Q4_0 copy; stories,
-# the trained stories260K drafted by its Q4_0 copy.
+# the trained stories260K drafted by its Q4_0 copy. draft-miss drafts with the random-weight demo
+# model (the same vocabulary, other weights): the cost of drafts that miss.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 rounds=3 clients="1 4" pair=bench
@@ -23,11 +24,12 @@ while [ $# -gt 0 ]; do
   esac
 done
 build=${LLAMAPP_BUILD_DIR:-$root/build}
+miss=$build/models/demo.gguf
 if [ "$pair" = stories ]; then
   cmake --build "$build" --target test-models >&2
   target=$root/../shared/models/stories260K.gguf draft=$build/models/stories260K-q4_0.gguf
 else
-  cmake --build "$build" --target bench-draft-pair >&2
+  cmake --build "$build" --target bench-draft-pair demo-model >&2
   target=$build/models/bench-125m-f16.gguf draft=$build/models/bench-125m-q4_0.gguf
 fi
 for kind in $kinds; do
@@ -35,6 +37,8 @@ for kind in $kinds; do
   [ "$kind" = lookup ] && theirs=none
   case "$kind" in
     draft-simple) model=$target extra="-md $draft" ;;
+    # A draft with the same vocabulary and other weights: its drafts (almost) always miss.
+    draft-miss) model=$target kind=draft-simple theirs=draft-simple extra="-md $miss" ;;
     none-with-pair) model=$target kind=none theirs=none ;;
   esac
   echo

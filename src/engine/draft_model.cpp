@@ -94,6 +94,7 @@ Result<std::unique_ptr<DraftModel>> DraftModel::create(const Model& target,
         return std::unexpected(std::move(e));
     }
     auto made = std::unique_ptr<DraftModel>(new DraftModel(std::move(*context)));
+    made->share_threads(target_state, options);
     // A draft not taken is cut off the draft's cells as off the target's.
     const ReuseModes modes =
         made->state_.sequences.probe(draft.tokenizer().vocab_size(), draft.info().sliding_window);
@@ -107,6 +108,18 @@ Result<std::unique_ptr<DraftModel>> DraftModel::create(const Model& target,
 
 DraftModel::DraftModel(Context context)
     : context_(std::move(context)), state_(context_state(context_)), batch_(state_.n_batch()) {}
+
+// The draft decodes on the engine's threads, one model after the other on the decode thread: a
+// pool of its own would spin beside the engine's after each graph (ggml's threads poll for a
+// while), and on a small machine the two pools halved both models' speed (docs/performance.md).
+void DraftModel::share_threads(const ContextState& target, const DraftModelOptions& options) {
+    if (!target.threads || options.n_threads > 0 || options.n_threads_batch > 0) return;
+    llama_attach_threadpool(
+        state_.ctx.get(), target.threads.get(),
+        target.threads_batch ? target.threads_batch.get() : target.threads.get());
+    state_.threads.reset();
+    state_.threads_batch.reset();
+}
 
 DraftModel::~DraftModel() {
     if (target_) target_->mirror_to(nullptr);

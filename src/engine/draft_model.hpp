@@ -43,7 +43,8 @@ class DraftModel {
                  const std::function<bool(const llama_batch&)>& decode);
 
   private:
-    DraftModel(Context context);
+    explicit DraftModel(Context context);
+    void share_threads(const ContextState& target, const DraftModelOptions& options);
     void add_run(std::span<const DecodedRow> run, int room);
 
     Context context_;

@@ -345,7 +345,9 @@ void Executor::drop_drafts(std::size_t begin, std::size_t end) {
 }
 
 // A draft model decodes what the target just did, while the target's cells still end where the
-// rows begin (DraftModel::decoded).
+// rows begin (DraftModel::decoded). Not for a request that drafts nothing, nor while one backs
+// off after misses: it would pay a draft decode every step for nothing; it catches up in one
+// batch when it drafts again.
 void Executor::follow_on_draft(std::size_t begin, std::size_t end) {
     if (!drafter_.follows_decodes()) return;
     const auto start = Clock::now();
@@ -353,6 +355,8 @@ void Executor::follow_on_draft(std::size_t begin, std::size_t end) {
     for (std::size_t i = begin; i < end; ++i) {
         const Row& row = rows_[i];
         if (row.batch_index < 0 || !live(row)) continue;
+        const Running& r = *slots_[row.slot].running;
+        if (r.draft_wait > 0 || r.pending->request.draft_max == 0) continue;
         decoded_.push_back({.seq = slots_[row.slot].seq, .pos = row.pos, .token = row.token});
     }
     drafter_.decoded(decoded_);
