@@ -597,6 +597,8 @@ void quantize(const Options& o) {
               : o.type == "q8_0" ? LLAMA_FTYPE_MOSTLY_Q8_0
                                  : LLAMA_FTYPE_MOSTLY_Q4_0;
     q.nthread = 1;
+    // Its per-tensor fallbacks read as warnings in every build's log; a failure still throws.
+    llama_log_set([](ggml_log_level, const char*, void*) {}, nullptr);
     if (llama_model_quantize(o.quantize_from.c_str(), o.out.c_str(), &q) != 0)
         throw std::runtime_error("llama.cpp could not quantize " + o.quantize_from);
 }
