@@ -4,7 +4,6 @@
 #include <gtest/gtest.h>
 
 #include "support/engine_helpers.hpp"
-#include "support/prometheus.hpp"
 
 using namespace llamapp;
 using test::drain;
@@ -42,18 +41,6 @@ const std::vector<std::string> kPrompts = {
     "Once upon a time, there was a little girl named Lily.",
 };
 
-test::Drained run(Engine& e, EngineRequest r) {
-    auto handle = e.submit(std::move(r));
-    if (!handle) throw std::runtime_error(handle.error().describe());
-    return drain(*handle);
-}
-
-double counter(const Engine& e, const std::string& name) {
-    const auto value = test::prometheus_value(e.metrics().prometheus_text(), name);
-    if (!value) throw std::runtime_error("no metric " + name);
-    return *value;
-}
-
 }  // namespace
 
 TEST(EngineDraftModel, RepliesAreTheTargetsAndMostDraftsAreKept) {
@@ -63,14 +50,14 @@ TEST(EngineDraftModel, RepliesAreTheTargetsAndMostDraftsAreKept) {
     int accepted = 0;
     for (const std::string& p : kPrompts) {
         const auto prompt = encode(test::stories_model(), p);
-        auto a = run(plain, request(prompt, 48));
-        auto b = run(drafting, request(prompt, 48));
+        auto a = test::submit_and_drain(plain, request(prompt, 48));
+        auto b = test::submit_and_drain(drafting, request(prompt, 48));
         EXPECT_EQ(b.tokens, a.tokens) << p;
         EXPECT_GT(b.completion.draft_tokens, 0) << p;
         decoded += b.completion.draft_tokens;
         accepted += b.completion.draft_accepted;
         // Asked again: the slot's cells are reused, and the draft's with them.
-        auto c = run(drafting, request(prompt, 48));
+        auto c = test::submit_and_drain(drafting, request(prompt, 48));
         EXPECT_EQ(c.tokens, a.tokens) << p;
         EXPECT_GT(c.completion.cache.reused_tokens, 0) << p;
         EXPECT_GT(c.completion.draft_accepted, 0) << p;
@@ -79,9 +66,11 @@ TEST(EngineDraftModel, RepliesAreTheTargetsAndMostDraftsAreKept) {
     }
     // A Q4_0 copy of the same weights picks the target's token most of the time.
     EXPECT_GT(accepted * 2, decoded);
-    EXPECT_EQ(counter(drafting, "llamapp_draft_tokens_total{kind=\"draft-simple\"}"), decoded);
-    EXPECT_EQ(counter(drafting, "llamapp_draft_tokens_accepted_total{kind=\"draft-simple\"}"),
-              accepted);
+    EXPECT_EQ(test::engine_metric(drafting, "llamapp_draft_tokens_total{kind=\"draft-simple\"}"),
+              decoded);
+    EXPECT_EQ(
+        test::engine_metric(drafting, "llamapp_draft_tokens_accepted_total{kind=\"draft-simple\"}"),
+        accepted);
 }
 
 TEST(EngineDraftModel, ConcurrentStreamsDraftInOneBatch) {
@@ -91,7 +80,7 @@ TEST(EngineDraftModel, ConcurrentStreamsDraftInOneBatch) {
     std::vector<std::vector<Token>> expected;
     for (std::size_t i = 0; i < 2; ++i) {
         const auto prompt = encode(test::stories_model(), kPrompts[i]);
-        expected.push_back(run(plain, request(prompt, 40)).tokens);
+        expected.push_back(test::submit_and_drain(plain, request(prompt, 40)).tokens);
         both.push_back(request(prompt, 40));
     }
     auto handles = drafting.submit_all(std::move(both));
@@ -123,13 +112,13 @@ TEST(EngineDraftModel, APrefixRestoredFromTheStoreCatchesUpOnTheDraft) {
     };
     const auto prompt = encode(test::stories_model(), kPrompts[2] + " She loved to play");
     Engine plain = engine(0, 1);
-    const auto expected = run(plain, request(prompt, 48)).tokens;
+    const auto expected = test::submit_and_drain(plain, request(prompt, 48)).tokens;
     {
         Engine first = with_store();
-        EXPECT_EQ(run(first, request(prompt, 48)).tokens, expected);
+        EXPECT_EQ(test::submit_and_drain(first, request(prompt, 48)).tokens, expected);
     }
     Engine second = with_store();
-    auto b = run(second, request(prompt, 48));
+    auto b = test::submit_and_drain(second, request(prompt, 48));
     EXPECT_EQ(b.completion.cache.source, ReuseSource::stored);
     EXPECT_EQ(b.tokens, expected);
     EXPECT_GT(b.completion.draft_accepted, 0);

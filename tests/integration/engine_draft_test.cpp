@@ -3,7 +3,6 @@
 #include <gtest/gtest.h>
 
 #include "support/engine_helpers.hpp"
-#include "support/prometheus.hpp"
 
 using namespace llamapp;
 using test::drain;
@@ -35,19 +34,6 @@ const std::vector<std::string> kPrompts = {
     "Tim had a red ball. He liked to",
 };
 
-test::Drained run(Engine& e, EngineRequest r) {
-    auto handle = e.submit(std::move(r));
-    if (!handle) throw std::runtime_error(handle.error().describe());
-    return drain(*handle);
-}
-
-// An unlabelled counter's value, read from the Prometheus text.
-double counter(const Engine& e, const std::string& name) {
-    const auto value = test::prometheus_value(e.metrics().prometheus_text(), name);
-    if (!value) throw std::runtime_error("no metric " + name);
-    return *value;
-}
-
 }  // namespace
 
 TEST(EngineDrafts, GreedyRepliesAreTheSameWithFewerDecodes) {
@@ -56,8 +42,8 @@ TEST(EngineDrafts, GreedyRepliesAreTheSameWithFewerDecodes) {
     int accepted = 0;
     for (std::size_t i = 0; i < kPrompts.size(); ++i) {
         const std::string& p = kPrompts[i];
-        auto a = run(plain, request(encode(test::stories_model(), p), 64));
-        auto b = run(drafting, request(encode(test::stories_model(), p), 64));
+        auto a = test::submit_and_drain(plain, request(encode(test::stories_model(), p), 64));
+        auto b = test::submit_and_drain(drafting, request(encode(test::stories_model(), p), 64));
         EXPECT_EQ(b.tokens, a.tokens) << p;
         EXPECT_EQ(b.text, a.text) << p;
         EXPECT_EQ(b.completion.generation.usage.completion_tokens, 64);
@@ -71,23 +57,26 @@ TEST(EngineDrafts, GreedyRepliesAreTheSameWithFewerDecodes) {
         accepted += b.completion.draft_accepted;
     }
     EXPECT_GT(accepted, 20);
-    EXPECT_EQ(counter(drafting, "llamapp_draft_tokens_accepted_total{kind=\"lookup\"}"), accepted);
+    EXPECT_EQ(test::engine_metric(drafting, "llamapp_draft_tokens_accepted_total{kind=\"lookup\"}"),
+              accepted);
     // By position: the kept drafts of a lead are a prefix of its drafts, so each position keeps
     // at most what the one before it kept, and the positions add up.
     double by_position = 0;
     double before = accepted;
     for (int p = 1; p <= 8; ++p) {
         const std::string at = "{position=\"" + std::to_string(p) + "\"}";
-        const double kept = counter(drafting, "llamapp_draft_position_accepted_total" + at);
+        const double kept =
+            test::engine_metric(drafting, "llamapp_draft_position_accepted_total" + at);
         EXPECT_LE(kept, before) << p;
-        EXPECT_LE(kept, counter(drafting, "llamapp_draft_position_decoded_total" + at)) << p;
+        EXPECT_LE(kept, test::engine_metric(drafting, "llamapp_draft_position_decoded_total" + at))
+            << p;
         by_position += kept;
         before = kept;
     }
     EXPECT_EQ(by_position, accepted);
     // Each kept draft is one decode call fewer.
-    EXPECT_EQ(counter(plain, "llamapp_decode_calls_total") -
-                  counter(drafting, "llamapp_decode_calls_total"),
+    EXPECT_EQ(test::engine_metric(plain, "llamapp_decode_calls_total") -
+                  test::engine_metric(drafting, "llamapp_decode_calls_total"),
               accepted);
 }
 
@@ -101,8 +90,8 @@ TEST(EngineDrafts, SampledRepliesFollowTheSameSeed) {
         r.options.sampling = SamplingParams{};
         r.options.sampling.temperature = 0.7f;
         r.options.sampling.seed = 1234;
-        auto a = run(plain, r);
-        auto b = run(drafting, r);
+        auto a = test::submit_and_drain(plain, r);
+        auto b = test::submit_and_drain(drafting, r);
         EXPECT_EQ(b.tokens, a.tokens) << p;
         accepted += b.completion.draft_accepted;
     }
@@ -116,25 +105,25 @@ TEST(EngineDrafts, StopsAndLimitsEndMidDraftAndTheCacheHoldsOnlyKeptTokens) {
     Engine drafting = engine(3, 1);
     const auto prompt = encode(test::stories_model(), kPrompts[0]);
     for (int max_tokens : {1, 2, 5, 13}) {
-        auto b = run(drafting, request(prompt, max_tokens));
+        auto b = test::submit_and_drain(drafting, request(prompt, max_tokens));
         EXPECT_EQ(b.completion.generation.usage.completion_tokens, max_tokens);
         EXPECT_EQ(b.completion.generation.finish_reason, FinishReason::length);
     }
     // A stop string met inside a run of kept drafts ends the reply there.
-    auto full = run(plain, request(prompt, 40));
+    auto full = test::submit_and_drain(plain, request(prompt, 40));
     const std::string stop = full.text.substr(full.text.size() / 2, 6);
     EngineRequest stopped = request(prompt, 40);
     stopped.options.stop = {stop};
-    auto a = run(plain, stopped);
-    auto b = run(drafting, stopped);
+    auto a = test::submit_and_drain(plain, stopped);
+    auto b = test::submit_and_drain(drafting, stopped);
     EXPECT_EQ(b.completion.generation.finish_reason, FinishReason::stop);
     EXPECT_EQ(b.text, a.text);
     // The next request reuses what the slot holds: drafts the sampler turned down must be gone.
     auto follow = prompt;
     follow.insert(follow.end(), full.tokens.begin(), full.tokens.begin() + 20);
-    auto c = run(drafting, request(follow, 32));
+    auto c = test::submit_and_drain(drafting, request(follow, 32));
     EXPECT_GT(c.completion.cache.reused_tokens, 0);
-    EXPECT_EQ(c.tokens, run(plain, request(follow, 32)).tokens);
+    EXPECT_EQ(c.tokens, test::submit_and_drain(plain, request(follow, 32)).tokens);
 }
 
 TEST(EngineDrafts, GrammarsSeeOnlyKeptTokens) {
@@ -142,8 +131,8 @@ TEST(EngineDrafts, GrammarsSeeOnlyKeptTokens) {
     Engine drafting = engine(3);
     EngineRequest r = request(encode(test::stories_model(), kPrompts[1]), 48);
     r.options.sampling.grammar = R"(root ::= ("Once upon a time, " [a-z ]+ ". ")+)";
-    auto a = run(plain, r);
-    auto b = run(drafting, r);
+    auto a = test::submit_and_drain(plain, r);
+    auto b = test::submit_and_drain(drafting, r);
     EXPECT_EQ(b.text, a.text);
     EXPECT_GT(b.completion.draft_accepted, 0);
 }
@@ -173,7 +162,8 @@ TEST(EngineDrafts, EveryLlamaCppNgramKindKeepsTheGreedyReply) {
     std::vector<std::vector<Token>> expected;
     for (std::size_t i = 0; i < 2; ++i)
         expected.push_back(
-            run(plain, request(encode(test::stories_model(), kPrompts[i]), 48)).tokens);
+            test::submit_and_drain(plain, request(encode(test::stories_model(), kPrompts[i]), 48))
+                .tokens);
     for (DraftKind kind :
          {DraftKind::ngram_simple, DraftKind::ngram_map_k, DraftKind::ngram_map_k4v,
           DraftKind::ngram_mod, DraftKind::ngram_cache}) {
@@ -182,14 +172,16 @@ TEST(EngineDrafts, EveryLlamaCppNgramKindKeepsTheGreedyReply) {
         Engine drafting = engine(3, 2, {kind});
         int accepted = 0;
         for (std::size_t i = 0; i < expected.size(); ++i) {
-            auto b = run(drafting, request(encode(test::stories_model(), kPrompts[i]), 48));
+            auto b = test::submit_and_drain(
+                drafting, request(encode(test::stories_model(), kPrompts[i]), 48));
             EXPECT_EQ(b.tokens, expected[i]);
             accepted += b.completion.draft_accepted;
         }
         EXPECT_GT(accepted, 0);
-        EXPECT_EQ(counter(drafting, "llamapp_draft_tokens_accepted_total{kind=\"" + name + "\"}"),
+        EXPECT_EQ(test::engine_metric(drafting,
+                                      "llamapp_draft_tokens_accepted_total{kind=\"" + name + "\"}"),
                   accepted);
-        EXPECT_EQ(counter(drafting, "llamapp_draft_tokens_total{kind=\"lookup\"}"), 0);
+        EXPECT_EQ(test::engine_metric(drafting, "llamapp_draft_tokens_total{kind=\"lookup\"}"), 0);
     }
 }
 
@@ -199,15 +191,15 @@ TEST(EngineDrafts, ARequestBoundsItsOwnDrafts) {
     Engine e = engine(3);
     auto r = request(encode(test::stories_model(), kPrompts[0]), 32);
     r.draft_max = 0;
-    auto off = run(e, r);
+    auto off = test::submit_and_drain(e, r);
     EXPECT_EQ(off.completion.draft_tokens, 0);
     r.draft_max = 1;
-    auto one = run(e, r);
+    auto one = test::submit_and_drain(e, r);
     EXPECT_EQ(one.tokens, off.tokens);
     EXPECT_GT(one.completion.draft_tokens, 0);
     r.draft_max = 3;
     r.draft_min = 3;
-    auto three = run(e, r);
+    auto three = test::submit_and_drain(e, r);
     EXPECT_EQ(three.tokens, off.tokens);
     EXPECT_EQ(three.completion.draft_tokens % 3, 0);
     r.draft_max = max_draft_tokens + 1;
@@ -226,6 +218,7 @@ TEST(EngineDrafts, DraftsStayWithinTheRowBudgetOfADecode) {
     auto handles = e.submit_all(std::move(four));
     ASSERT_TRUE(handles);
     for (auto& h : *handles) EXPECT_EQ(drain(h).completion.draft_tokens, 0);
-    EXPECT_GT(
-        run(e, request(encode(test::stories_model(), kPrompts[0]), 32)).completion.draft_tokens, 0);
+    EXPECT_GT(test::submit_and_drain(e, request(encode(test::stories_model(), kPrompts[0]), 32))
+                  .completion.draft_tokens,
+              0);
 }

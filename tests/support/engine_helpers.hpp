@@ -8,6 +8,7 @@
 
 #include "llamapp/backend.hpp"
 #include "support/eventually.hpp"
+#include "support/prometheus.hpp"
 #include "support/stories.hpp"
 
 namespace llamapp::test {
@@ -55,6 +56,20 @@ inline Engine create_engine(const Model& model, EngineOptions options) {
     auto e = Engine::create(model, std::move(options));
     if (!e) throw std::runtime_error(e.error().describe());
     return std::move(*e);
+}
+
+// Submits `r` and drains its reply; a refused submit throws.
+inline Drained submit_and_drain(Engine& e, EngineRequest r) {
+    auto handle = e.submit(std::move(r));
+    if (!handle) throw std::runtime_error(handle.error().describe());
+    return drain(*handle);
+}
+
+// One series of the engine's metrics (name plus labels, as exposed); an absent one throws.
+inline double engine_metric(const Engine& e, const std::string& series) {
+    const auto value = prometheus_value(e.metrics().prometheus_text(), series);
+    if (!value) throw std::runtime_error("no metric " + series);
+    return *value;
 }
 
 inline EngineRequest request(std::vector<Token> prompt, int max_tokens, bool ignore_eos = true) {
